@@ -1,0 +1,225 @@
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// DefaultSchema is the schema pgwake uses when none is configured.
+const DefaultSchema = "pgwake"
+
+// MaxSchemaLen bounds schema names so that derived names (the NOTIFY channel
+// "<schema>_wake", slots, publications) stay within PostgreSQL's 63 bytes.
+const MaxSchemaLen = 40
+
+// ErrInvalidSchema is returned (wrapped) for a schema name that is not a plain
+// identifier of [a-z0-9_], at most MaxSchemaLen bytes.
+var ErrInvalidSchema = errors.New("invalid schema name")
+
+// Migration is one embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Applied is a migration recorded in the schema_migrations table.
+type Applied struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+}
+
+// Status is what Status reports for one known migration.
+type Status struct {
+	Migration
+	// AppliedAt is zero when the migration is pending.
+	AppliedAt time.Time
+}
+
+// ValidateSchema checks a schema name against pgwake's identifier rules.
+func ValidateSchema(schema string) error {
+	if err := sqlident.Validate("schema", schema, MaxSchemaLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSchema, err)
+	}
+	return nil
+}
+
+// All returns the embedded migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, "sql")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(name, "_")
+		if !ok || !strings.HasSuffix(rest, ".sql") {
+			return nil, fmt.Errorf("migration file %q: want NNNN_name.sql", name)
+		}
+		v, err := strconv.Atoi(num)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration file %q: bad version %q", name, num)
+		}
+		body, err := fs.ReadFile(files, "sql/"+name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %q: %w", name, err)
+		}
+		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(rest, ".sql"), SQL: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("two migrations with version %d", out[i].Version)
+		}
+	}
+	return out, nil
+}
+
+// render substitutes the quoted schema into a migration's SQL.
+func render(sql, schema string) string {
+	return strings.ReplaceAll(sql, "{{schema}}", sqlident.Quote(schema))
+}
+
+// lockKey is the advisory lock key for migrating one schema.
+const lockSQL = `SELECT pg_advisory_lock(hashtextextended('pgwake.migrate.' || $1, 0))`
+const unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('pgwake.migrate.' || $1, 0))`
+
+// Up applies every pending migration to schema (DefaultSchema when empty),
+// creating the schema if needed. It returns the versions it applied.
+func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	if pool == nil {
+		return nil, errors.New("migrations: nil pool")
+	}
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := ValidateSchema(schema); err != nil {
+		return nil, err
+	}
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: acquire connection: %w", err)
+	}
+	defer conn.Release()
+
+	if _, err := conn.Exec(ctx, lockSQL, schema); err != nil {
+		return nil, fmt.Errorf("migrations: take advisory lock: %w", err)
+	}
+	defer func() {
+		// Unlock on a fresh context so a cancelled ctx still releases the lock;
+		// if that fails the lock dies with the session anyway.
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, unlockSQL, schema); err != nil {
+			conn.Conn().Close(uctx) //nolint:errcheck // closing releases the lock
+		}
+	}()
+
+	q := sqlident.Quote(schema)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q); err != nil {
+		return nil, fmt.Errorf("migrations: create schema %s: %w", schema, err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.schema_migrations (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrations: create schema_migrations: %w", err)
+	}
+	done, err := applied(ctx, conn.Conn(), schema)
+	if err != nil {
+		return nil, err
+	}
+	var ran []int
+	for _, m := range all {
+		if _, ok := done[m.Version]; ok {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return ran, fmt.Errorf("migrations: apply %04d_%s to schema %s: %w", m.Version, m.Name, schema, err)
+		}
+		ran = append(ran, m.Version)
+	}
+	return ran, nil
+}
+
+func applied(ctx context.Context, conn *pgx.Conn, schema string) (map[int]Applied, error) {
+	rows, err := conn.Query(ctx, `SELECT version, name, applied_at FROM `+sqlident.Quote(schema)+`.schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read schema_migrations: %w", err)
+	}
+	out := map[int]Applied{}
+	for rows.Next() {
+		var a Applied
+		if err := rows.Scan(&a.Version, &a.Name, &a.AppliedAt); err != nil {
+			return nil, fmt.Errorf("migrations: read schema_migrations: %w", err)
+		}
+		out[a.Version] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrations: read schema_migrations: %w", err)
+	}
+	return out, nil
+}
+
+// StatusOf lists every known migration with the time it was applied to schema
+// (zero when pending). A schema that does not exist yet has every migration pending.
+func StatusOf(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Status, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := ValidateSchema(schema); err != nil {
+		return nil, err
+	}
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, sqlident.Quote(schema, "schema_migrations")).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrations: look for schema_migrations: %w", err)
+	}
+	done := map[int]Applied{}
+	if exists {
+		if done, err = applied(ctx, conn.Conn(), schema); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Status, 0, len(all))
+	for _, m := range all {
+		out = append(out, Status{Migration: m, AppliedAt: done[m.Version].AppliedAt})
+	}
+	return out, nil
+}

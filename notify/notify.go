@@ -1,0 +1,346 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+)
+
+// Event is what a subscriber receives: a notification on its channel, or a
+// Resync after the listener (re)connected.
+type Event struct {
+	Channel string
+	Payload string
+	// Resync is true when the listener has just (re)connected: notifications
+	// may have been missed, so the subscriber should check the database now.
+	Resync bool
+}
+
+// Func receives events. It runs on the listener's goroutine and must return
+// quickly (record the hint, signal a channel without blocking).
+type Func func(Event)
+
+// Config configures a Listener. The zero value is usable.
+type Config struct {
+	// ConnConfig is the connection to LISTEN on. Required. Behind PgBouncer in
+	// transaction mode this must point at PostgreSQL directly (or at a session
+	// pool): LISTEN needs a session.
+	ConnConfig *pgx.ConnConfig
+	// PingInterval is how long the connection may be idle before the listener
+	// pings it. Default 15s.
+	PingInterval time.Duration
+	// PingTimeout bounds one ping. Default 5s.
+	PingTimeout time.Duration
+	// MinBackoff is the first reconnect delay. Default 100ms.
+	MinBackoff time.Duration
+	// MaxBackoff caps the reconnect delay. Default 5s.
+	MaxBackoff time.Duration
+	// Logger receives connection state changes. Default zap.NewNop().
+	Logger *zap.Logger
+	// Registerer gets the listener's metrics. Default: none registered.
+	Registerer prometheus.Registerer
+}
+
+// ErrNilConnConfig is returned by New when Config.ConnConfig is nil.
+var ErrNilConnConfig = errors.New("notify: Config.ConnConfig is required")
+
+// Listener owns the LISTEN connection. Create it with New, start it with Run.
+type Listener struct {
+	cfg Config
+	log *zap.Logger
+
+	mu        sync.Mutex
+	subs      map[string]map[*subscription]struct{}
+	listening map[string]bool // channels LISTENed on the current connection
+	changed   chan struct{}   // poked when subscriptions change, interrupts the wait
+	connected bool
+
+	received   *prometheus.CounterVec
+	reconnects prometheus.Counter
+}
+
+type subscription struct {
+	channel string
+	fn      Func
+}
+
+// New returns a Listener. It does not connect until Run.
+func New(cfg Config) (*Listener, error) {
+	if cfg.ConnConfig == nil {
+		return nil, ErrNilConnConfig
+	}
+	cfg.ConnConfig = cfg.ConnConfig.Copy()
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 15 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 5 * time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	l := &Listener{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("listener"),
+		subs:      map[string]map[*subscription]struct{}{},
+		listening: map[string]bool{},
+		changed:   make(chan struct{}, 1),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgwake_notify_notifications_total",
+			Help: "Notifications received on the LISTEN connection, by channel.",
+		}, []string{"channel"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgwake_notify_reconnects_total",
+			Help: "Times the LISTEN connection was re-established after being lost.",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{l.received, l.reconnects} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("notify: register metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// ValidateChannel checks a channel name: a plain identifier of at most 63 bytes.
+func ValidateChannel(channel string) error {
+	return sqlident.Validate("channel", channel, 0)
+}
+
+// Subscribe registers fn for notifications on channel and returns a function
+// that removes it. If the listener is connected, fn soon receives a Resync
+// event once the channel is LISTENed on.
+func (l *Listener) Subscribe(channel string, fn Func) (unsubscribe func(), err error) {
+	if err := ValidateChannel(channel); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, errors.New("notify: nil Func")
+	}
+	s := &subscription{channel: channel, fn: fn}
+	l.mu.Lock()
+	if l.subs[channel] == nil {
+		l.subs[channel] = map[*subscription]struct{}{}
+	}
+	l.subs[channel][s] = struct{}{}
+	l.mu.Unlock()
+	l.poke()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			delete(l.subs[channel], s)
+			if len(l.subs[channel]) == 0 {
+				delete(l.subs, channel)
+			}
+			l.mu.Unlock()
+			l.poke()
+		})
+	}, nil
+}
+
+// Connected reports whether the LISTEN connection is up.
+func (l *Listener) Connected() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.connected
+}
+
+func (l *Listener) poke() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run connects and delivers notifications until ctx is done. It returns nil
+// after ctx is cancelled; connection failures are retried, not returned.
+func (l *Listener) Run(ctx context.Context) error {
+	backoff := l.cfg.MinBackoff
+	first := true
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, l.cfg.ConnConfig)
+		if err == nil {
+			if !first {
+				l.reconnects.Inc()
+			}
+			l.log.Info("listener connected", zap.Bool("reconnect", !first))
+			first = false
+			backoff = l.cfg.MinBackoff
+			err = l.serve(ctx, conn)
+			l.setConnected(false)
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			conn.Close(cctx) //nolint:errcheck // the connection is being discarded
+			cancel()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		l.log.Warn("listener connection lost, reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
+		// Full jitter between backoff/2 and backoff.
+		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		backoff *= 2
+		if backoff > l.cfg.MaxBackoff {
+			backoff = l.cfg.MaxBackoff
+		}
+	}
+	return nil
+}
+
+func (l *Listener) setConnected(v bool) {
+	l.mu.Lock()
+	l.connected = v
+	if !v {
+		l.listening = map[string]bool{}
+	}
+	l.mu.Unlock()
+}
+
+// sync LISTENs/UNLISTENs so the connection matches the subscriptions, and
+// returns the subscriptions that need a Resync (all of them on a fresh
+// connection, new ones otherwise).
+func (l *Listener) sync(ctx context.Context, conn *pgx.Conn) ([]*subscription, error) {
+	l.mu.Lock()
+	var add, drop []string
+	for ch := range l.subs {
+		if !l.listening[ch] {
+			add = append(add, ch)
+		}
+	}
+	for ch := range l.listening {
+		if _, ok := l.subs[ch]; !ok {
+			drop = append(drop, ch)
+		}
+	}
+	l.mu.Unlock()
+	for _, ch := range add {
+		if _, err := conn.Exec(ctx, "LISTEN "+sqlident.Quote(ch)); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	for _, ch := range drop {
+		if _, err := conn.Exec(ctx, "UNLISTEN "+sqlident.Quote(ch)); err != nil {
+			return nil, fmt.Errorf("unlisten %s: %w", ch, err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ch := range add {
+		l.listening[ch] = true
+	}
+	for _, ch := range drop {
+		delete(l.listening, ch)
+	}
+	var resync []*subscription
+	for _, ch := range add {
+		for s := range l.subs[ch] {
+			resync = append(resync, s)
+		}
+	}
+	return resync, nil
+}
+
+func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
+	l.setConnected(true)
+	for {
+		resync, err := l.sync(ctx, conn)
+		if err != nil {
+			return err
+		}
+		for _, s := range resync {
+			s.fn(Event{Channel: s.channel, Resync: true})
+		}
+		// Wait until the subscriptions change (then LISTEN again), ctx is
+		// done or the connection fails.
+		sctx, scancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-l.changed:
+				scancel()
+			case <-done:
+			}
+		}()
+		err = l.wait(sctx, conn)
+		close(done)
+		scancel()
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// wait delivers notifications until sctx is done or the connection fails,
+// pinging after every PingInterval without traffic.
+func (l *Listener) wait(sctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(sctx, l.cfg.PingInterval)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			l.deliver(n.Channel, n.Payload)
+			continue
+		}
+		if sctx.Err() != nil {
+			if conn.IsClosed() {
+				return fmt.Errorf("wait for notification: %w", err)
+			}
+			return nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		// Idle for PingInterval: make sure the connection is alive.
+		pctx, pcancel := context.WithTimeout(sctx, l.cfg.PingTimeout)
+		err = conn.Ping(pctx)
+		pcancel()
+		if err != nil {
+			if sctx.Err() != nil && !conn.IsClosed() {
+				return nil
+			}
+			return fmt.Errorf("ping: %w", err)
+		}
+	}
+}
+
+func (l *Listener) deliver(channel, payload string) {
+	l.received.WithLabelValues(channel).Inc()
+	l.mu.Lock()
+	subs := make([]*subscription, 0, len(l.subs[channel]))
+	for s := range l.subs[channel] {
+		subs = append(subs, s)
+	}
+	l.mu.Unlock()
+	for _, s := range subs {
+		s.fn(Event{Channel: channel, Payload: payload})
+	}
+}

@@ -1,0 +1,194 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/notify"
+)
+
+// Handler runs one job. tx is the claim transaction: writes made through it
+// commit atomically with the job's completion, or roll back with a failure.
+// Returning an error (or panicking) fails the attempt. The handler must not
+// Commit or Rollback tx; pgwake does.
+type Handler interface {
+	Handle(ctx context.Context, tx pgx.Tx, job *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, tx pgx.Tx, job *Job) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, job *Job) error { return f(ctx, tx, job) }
+
+// QueueConfig configures the workers of one queue.
+type QueueConfig struct {
+	// MaxWorkers is how many jobs of this queue run at once in this client.
+	// Default 10.
+	MaxWorkers int
+}
+
+// Config configures a Client. Every field is optional; a Client with no
+// Queues only enqueues.
+type Config struct {
+	// Schema holds pgwake's tables (see package migrations). Default "pgwake".
+	Schema string
+	// Queues maps each queue this client works to its settings. Default none.
+	Queues map[string]QueueConfig
+	// Handlers maps job kinds to handlers. A claimed job whose kind has no
+	// handler fails its attempt with ErrUnknownKind.
+	Handlers map[string]Handler
+	// JobTimeout bounds one attempt: the handler's context is cancelled after
+	// it and the attempt fails. Default 1m; negative means no timeout.
+	JobTimeout time.Duration
+	// KindTimeouts overrides JobTimeout per kind (negative: no timeout).
+	KindTimeouts map[string]time.Duration
+	// PollInterval is the longest a worker sleeps without looking at the
+	// database when no notification arrives. Default 2s.
+	PollInterval time.Duration
+	// ShutdownTimeout is how long Run lets running handlers finish after its
+	// context is cancelled before cancelling their contexts. Default 10s.
+	ShutdownTimeout time.Duration
+	// Backoff returns the delay before retry number attempt (1 after the first
+	// failure). Default DefaultBackoff: 30s, 1m, 2m, 4m, ... capped at 24h.
+	Backoff func(attempt int) time.Duration
+	// MaxAttempts is the default NewJob.MaxAttempts. Default 5.
+	MaxAttempts int
+	// MaxPayloadBytes rejects larger payloads at enqueue. Default 1 MiB.
+	MaxPayloadBytes int
+	// MaxErrorBytes truncates stored error text. Default 4096.
+	MaxErrorBytes int
+	// Listener is a shared LISTEN connection (one per process). When nil, Run
+	// starts its own from ListenerConnConfig. A shared Listener is run by its
+	// owner, not by the Client.
+	Listener *notify.Listener
+	// ListenerConnConfig is the connection Run's own Listener uses. Default:
+	// the pool's connection config. Behind PgBouncer (transaction pooling)
+	// set it to a direct PostgreSQL connection.
+	ListenerConnConfig *pgx.ConnConfig
+	// Logger gets the client's logs; payloads are never logged. Default
+	// zap.NewNop().
+	Logger *zap.Logger
+	// Registerer gets the client's metrics. Default: none registered.
+	Registerer prometheus.Registerer
+}
+
+// ErrUnknownKind fails an attempt whose kind has no handler.
+var ErrUnknownKind = errors.New("no handler registered for kind")
+
+// ErrInvalidConfig is wrapped by configuration errors from New.
+var ErrInvalidConfig = errors.New("invalid queue config")
+
+// ErrInvalidSchema is returned for a schema name that is not a plain identifier.
+var ErrInvalidSchema = migrations.ErrInvalidSchema
+
+// DefaultBackoff is 30s * 2^(attempt-1), capped at 24h: 30s, 1m, 2m, 4m, ...
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 12 {
+		return 24 * time.Hour
+	}
+	d := 30 * time.Second << (attempt - 1)
+	return min(d, 24*time.Hour)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = migrations.DefaultSchema
+	}
+	if c.JobTimeout == 0 {
+		c.JobTimeout = time.Minute
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 2 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = 1 << 20
+	}
+	if c.MaxErrorBytes == 0 {
+		c.MaxErrorBytes = 4096
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	qs := make(map[string]QueueConfig, len(c.Queues))
+	for name, qc := range c.Queues {
+		if qc.MaxWorkers == 0 {
+			qc.MaxWorkers = 10
+		}
+		qs[name] = qc
+	}
+	c.Queues = qs
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		return err
+	}
+	for name, qc := range c.Queues {
+		if err := ValidateQueue(name); err != nil {
+			return fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
+		}
+		if qc.MaxWorkers < 1 || qc.MaxWorkers > 10000 {
+			return bad("Queues[%q].MaxWorkers %d is outside 1..10000", name, qc.MaxWorkers)
+		}
+	}
+	for kind, h := range c.Handlers {
+		if err := ValidateKind(kind); err != nil {
+			return fmt.Errorf("%w: Handlers: %w", ErrInvalidConfig, err)
+		}
+		if h == nil {
+			return bad("Handlers[%q] is nil", kind)
+		}
+	}
+	for kind := range c.KindTimeouts {
+		if _, ok := c.Handlers[kind]; !ok {
+			return bad("KindTimeouts[%q] names a kind with no handler", kind)
+		}
+	}
+	if c.PollInterval < 10*time.Millisecond {
+		return bad("PollInterval %s is below 10ms", c.PollInterval)
+	}
+	if c.ShutdownTimeout < 0 {
+		return bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("%w: MaxAttempts: %w (got %d)", ErrInvalidConfig, ErrInvalidMaxAttempts, c.MaxAttempts)
+	}
+	if c.MaxPayloadBytes < 2 {
+		return bad("MaxPayloadBytes %d is below 2", c.MaxPayloadBytes)
+	}
+	if c.MaxErrorBytes < 64 {
+		return bad("MaxErrorBytes %d is below 64", c.MaxErrorBytes)
+	}
+	return nil
+}
+
+func (c Config) timeout(kind string) time.Duration {
+	if d, ok := c.KindTimeouts[kind]; ok {
+		return d
+	}
+	return c.JobTimeout
+}

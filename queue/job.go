@@ -1,0 +1,281 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// DefaultQueue is the queue of a job that names none.
+const DefaultQueue = "default"
+
+// MaxQueueLen and MaxKindLen bound queue and kind names, in bytes.
+const (
+	MaxQueueLen = 63
+	MaxKindLen  = 255
+)
+
+// Job states, as stored in the jobs table.
+const (
+	StatePending   = "pending"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateCancelled = "cancelled"
+)
+
+// Event types appended to the events table.
+const (
+	EventEnqueued       = "enqueued"
+	EventSucceeded      = "succeeded"
+	EventRetryScheduled = "retry_scheduled"
+	EventFailed         = "failed"
+	EventCancelled      = "cancelled"
+	EventRetried        = "retried" // a failed job was put back to pending by Retry
+)
+
+// Sentinel errors for bad input. Validation errors wrap one of these in a
+// *JobError; test with errors.Is.
+var (
+	ErrInvalidQueue       = errors.New("invalid queue name")
+	ErrInvalidKind        = errors.New("invalid kind")
+	ErrInvalidPayload     = errors.New("payload is not valid JSON")
+	ErrPayloadTooLarge    = errors.New("payload too large")
+	ErrInvalidMaxAttempts = errors.New("max attempts must be at least 1")
+	ErrInvalidPriority    = errors.New("priority out of range")
+	ErrInvalidSchedule    = errors.New("invalid schedule")
+	ErrInvalidUniqueKey   = errors.New("invalid unique key")
+)
+
+// JobError reports which job of an enqueue call was rejected and why. Nothing
+// is written when an enqueue call returns one.
+type JobError struct {
+	// Index is the job's position in the EnqueueMany slice (0 for Enqueue).
+	Index int
+	// Field names the offending field: "queue", "kind", "payload", ...
+	Field string
+	Err   error
+}
+
+func (e *JobError) Error() string {
+	return fmt.Sprintf("job %d: %s: %v", e.Index, e.Field, e.Err)
+}
+
+func (e *JobError) Unwrap() error { return e.Err }
+
+// NewJob is a job to enqueue.
+type NewJob struct {
+	// Queue names the queue; default DefaultQueue. Lowercase letters, digits,
+	// '_', '.', '-'; 1 to 63 bytes; starts with a letter or digit.
+	Queue string
+	// Kind selects the handler. Required, 1 to 255 bytes of printable UTF-8.
+	Kind string
+	// Payload is the job's arguments. []byte and json.RawMessage must hold
+	// valid JSON; anything else is encoded with encoding/json. Nil means {}.
+	Payload any
+	// Priority orders due jobs: lower runs first. Default 0; -32768..32767.
+	Priority int
+	// RunAfter makes the job due at that time. Zero means now (the database's
+	// clock), plus Delay.
+	RunAfter time.Time
+	// Delay makes the job due Delay after the enqueue. Ignored when RunAfter
+	// is set; must not be negative.
+	Delay time.Duration
+	// MaxAttempts is how many times the job may run before it is marked
+	// failed. Default Config.MaxAttempts (5).
+	MaxAttempts int
+	// UniqueKey, when set, makes a second enqueue with the same key while the
+	// first job is not finished return the first job's id and write nothing.
+	UniqueKey string
+}
+
+// EnqueueResult is the outcome of enqueuing one job.
+type EnqueueResult struct {
+	ID int64
+	// Duplicate is true when UniqueKey matched an unfinished job; ID is that
+	// job's id and nothing was written.
+	Duplicate bool
+}
+
+// Job is a claimed job, as a handler sees it.
+type Job struct {
+	ID       int64
+	Queue    string
+	Kind     string
+	Payload  json.RawMessage
+	Priority int
+	// Attempt is this attempt's number, starting at 1.
+	Attempt     int
+	MaxAttempts int
+	RunAfter    time.Time
+	CreatedAt   time.Time
+	UniqueKey   string
+	// LastError is the previous attempt's error, if any.
+	LastError string
+}
+
+// ValidateQueue checks a queue name.
+func ValidateQueue(q string) error {
+	if q == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidQueue)
+	}
+	if len(q) > MaxQueueLen {
+		return fmt.Errorf("%w: %.80q is %d bytes, the limit is %d", ErrInvalidQueue, q, len(q), MaxQueueLen)
+	}
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		ok := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '_' || c == '.' || c == '-'))
+		if !ok {
+			return fmt.Errorf("%w: %q has %q at byte %d; use lowercase letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalidQueue, q, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateKind checks a kind name.
+func ValidateKind(k string) error {
+	if k == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidKind)
+	}
+	if len(k) > MaxKindLen {
+		return fmt.Errorf("%w: %.80q... is %d bytes, the limit is %d", ErrInvalidKind, k, len(k), MaxKindLen)
+	}
+	if !utf8.ValidString(k) {
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidKind, k)
+	}
+	for _, r := range k {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%w: %q contains %U; use printable characters without spaces", ErrInvalidKind, k, r)
+		}
+	}
+	return nil
+}
+
+// prepared is a validated NewJob in column form.
+type prepared struct {
+	queue, kind string
+	payload     []byte
+	priority    int16
+	runAfter    *time.Time // nil: now() + delay
+	delayMicros int64
+	maxAttempts int32
+	uniqueKey   *string
+}
+
+func (c *Client) prepare(i int, j NewJob) (prepared, error) {
+	fail := func(field string, err error) (prepared, error) {
+		return prepared{}, &JobError{Index: i, Field: field, Err: err}
+	}
+	p := prepared{queue: j.Queue, kind: j.Kind}
+	if p.queue == "" {
+		p.queue = DefaultQueue
+	}
+	if err := ValidateQueue(p.queue); err != nil {
+		return fail("queue", err)
+	}
+	if err := ValidateKind(p.kind); err != nil {
+		return fail("kind", err)
+	}
+	payload, err := encodePayload(j.Payload)
+	if err != nil {
+		return fail("payload", err)
+	}
+	if len(payload) > c.cfg.MaxPayloadBytes {
+		return fail("payload", fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(payload), c.cfg.MaxPayloadBytes))
+	}
+	p.payload = payload
+	if j.Priority < math.MinInt16 || j.Priority > math.MaxInt16 {
+		return fail("priority", fmt.Errorf("%w: %d is outside %d..%d", ErrInvalidPriority, j.Priority, math.MinInt16, math.MaxInt16))
+	}
+	p.priority = int16(j.Priority)
+	switch {
+	case !j.RunAfter.IsZero():
+		if y := j.RunAfter.Year(); y < 1 || y > 9999 {
+			return fail("run_after", fmt.Errorf("%w: run_after %s is outside years 1..9999", ErrInvalidSchedule, j.RunAfter))
+		}
+		t := j.RunAfter
+		p.runAfter = &t
+	case j.Delay < 0:
+		return fail("delay", fmt.Errorf("%w: negative delay %s", ErrInvalidSchedule, j.Delay))
+	default:
+		p.delayMicros = j.Delay.Microseconds()
+	}
+	ma := j.MaxAttempts
+	if ma == 0 {
+		ma = c.cfg.MaxAttempts
+	}
+	if ma < 1 || ma > math.MaxInt32 {
+		return fail("max_attempts", fmt.Errorf("%w: got %d", ErrInvalidMaxAttempts, ma))
+	}
+	p.maxAttempts = int32(ma)
+	if j.UniqueKey != "" {
+		if len(j.UniqueKey) > 1024 || !utf8.ValidString(j.UniqueKey) || containsNUL(j.UniqueKey) {
+			return fail("unique_key", fmt.Errorf("%w: must be valid UTF-8 without NUL, at most 1024 bytes", ErrInvalidUniqueKey))
+		}
+		uk := j.UniqueKey
+		p.uniqueKey = &uk
+	}
+	return p, nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// encodePayload turns a NewJob payload into JSON text that PostgreSQL's jsonb
+// accepts.
+func encodePayload(v any) ([]byte, error) {
+	var b []byte
+	switch p := v.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case json.RawMessage:
+		b = p
+	case []byte:
+		b = p
+	case string:
+		return nil, fmt.Errorf("%w: got a Go string; pass json.RawMessage for JSON text or a value to encode", ErrInvalidPayload)
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+		}
+	}
+	if len(b) == 0 {
+		return []byte("{}"), nil
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: %d bytes that do not parse", ErrInvalidPayload, len(b))
+	}
+	// jsonb rejects the NUL character, even escaped.
+	if containsEscapedNUL(b) {
+		return nil, fmt.Errorf("%w: contains \\u0000, which PostgreSQL jsonb cannot store", ErrInvalidPayload)
+	}
+	return b, nil
+}
+
+func containsEscapedNUL(b []byte) bool {
+	for i := 0; i+5 < len(b); i++ {
+		if b[i] == '\\' {
+			if b[i+1] == 'u' && b[i+2] == '0' && b[i+3] == '0' && b[i+4] == '0' && b[i+5] == '0' {
+				// Count preceding backslashes: an even number means this one escapes.
+				n := 0
+				for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+					n++
+				}
+				if n%2 == 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
