@@ -44,11 +44,17 @@ type Config struct {
 	MinBackoff time.Duration
 	// MaxBackoff caps the reconnect delay. Default 5s.
 	MaxBackoff time.Duration
+	// ApplicationName names the LISTEN session in pg_stat_activity. Default
+	// ApplicationName ("pgwake_listener").
+	ApplicationName string
 	// Logger receives connection state changes. Default zap.NewNop().
 	Logger *zap.Logger
 	// Registerer gets the listener's metrics. Default: none registered.
 	Registerer prometheus.Registerer
 }
+
+// ApplicationName is the application_name of the LISTEN session.
+const ApplicationName = "pgwake_listener"
 
 // ErrNilConnConfig is returned by New when Config.ConnConfig is nil.
 var ErrNilConnConfig = errors.New("notify: Config.ConnConfig is required")
@@ -79,6 +85,14 @@ func New(cfg Config) (*Listener, error) {
 		return nil, ErrNilConnConfig
 	}
 	cfg.ConnConfig = cfg.ConnConfig.Copy()
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	// Name the session so operators (and tests) can find it in pg_stat_activity.
+	if cfg.ApplicationName == "" {
+		cfg.ApplicationName = ApplicationName
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 15 * time.Second
 	}

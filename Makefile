@@ -1,0 +1,41 @@
+# pgwake. `make test` and `make demo` work on a fresh machine: with no
+# TEST_DATABASE_URL / DATABASE_URL they start a throwaway PostgreSQL from the
+# local server binaries (wal_level=logical) and remove it afterwards.
+
+GO      ?= go
+export PATH := $(PATH):/usr/local/go/bin
+PKGS    ?= ./...
+BIN     := bin/pgwake
+
+.PHONY: all build test test-short bench demo lint fmt vet fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/pgwake
+
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short:
+	$(GO) test -count=1 -short $(PKGS)
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queue/
+	./$(BIN) bench
+
+demo: build
+	./$(BIN) demo
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin
