@@ -506,4 +506,3 @@ func TestBadInputIsRejectedBeforeWriting(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Run(ctx), queue.ErrNoQueues)
 }
-
