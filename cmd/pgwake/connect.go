@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// connectHint ends every connection error: what the user can do.
+const connectHint = "set --database-url or " + envDatabaseURL + ", or run `make demo` to try pgwake on a throwaway database"
+
+// resolveURL returns the database URL from --database-url,
+// PGWAKE_DATABASE_URL or DATABASE_URL, in that order.
+func (env *cliEnv) resolveURL() (string, error) {
+	for _, u := range []string{env.databaseURL, os.Getenv(envDatabaseURL), os.Getenv(envFallbackURL)} {
+		if u != "" {
+			return u, nil
+		}
+	}
+	return "", errors.New("no database given: " + connectHint)
+}
+
+// connect opens a pool on the command's database and checks that the server
+// answers. Errors are one line: what failed, why, and what to do.
+func (env *cliEnv) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	return env.connectWith(ctx, nil)
+}
+
+// connectWith is connect with a chance to adjust the pool config (e.g.
+// MaxConns) before the pool is created.
+func (env *cliEnv) connectWith(ctx context.Context, mutate func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	u, err := env.resolveURL()
+	if err != nil {
+		return nil, err
+	}
+	return openPool(ctx, u, mutate)
+}
+
+func openPool(ctx context.Context, u string, mutate func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		// pgx's parse errors quote the URL with the password masked already;
+		// say only what is wrong.
+		return nil, fmt.Errorf("invalid database URL %s: %s; expected postgres://user:password@host:port/database", redactURL(u), parseErrCause(err))
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "pgwake"
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %s; %s", describeTarget(cfg), connectCause(err), connectHint)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %s; %s", describeTarget(cfg), connectCause(err), connectHint)
+	}
+	return pool, nil
+}
+
+// describeTarget names the server as host:port/database, never with the password.
+func describeTarget(cfg *pgxpool.Config) string {
+	cc := cfg.ConnConfig
+	host := cc.Host
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("socket %s/.s.PGSQL.%d (database %s)", host, cc.Port, cc.Database)
+	}
+	return fmt.Sprintf("%s/%s", net.JoinHostPort(host, fmt.Sprint(cc.Port)), cc.Database)
+}
+
+// connectCause reduces a pgx connect error to its root: "connection
+// refused", "password authentication failed for user x", ...
+func connectCause(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "cannot resolve host " + dnsErr.Name + ": " + dnsErr.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Err.Error()
+	}
+	// The innermost error is the most specific.
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			break
+		}
+		err = next
+	}
+	return oneLine(err.Error())
+}
+
+func parseErrCause(err error) string {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) && pe.Unwrap() != nil {
+		return oneLine(pe.Unwrap().Error())
+	}
+	return oneLine(err.Error())
+}
+
+// redactURL replaces the password in a URL (or key=value DSN) with "xxxxx".
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.Redacted() // also masks any password left
+	}
+	// key=value form: mask password=...
+	fields := strings.Fields(s)
+	for i, f := range fields {
+		if strings.HasPrefix(strings.ToLower(f), "password=") {
+			fields[i] = "password=xxxxx"
+		}
+	}
+	if len(fields) > 0 && !strings.Contains(s, "://") {
+		return strings.Join(fields, " ")
+	}
+	// Unparseable URL: keep scheme and host, drop the rest of the userinfo.
+	if at := strings.LastIndex(s, "@"); at >= 0 {
+		if p := strings.Index(s, "://"); p >= 0 && p < at {
+			return s[:p+3] + "xxxxx" + s[at:]
+		}
+	}
+	return s
+}

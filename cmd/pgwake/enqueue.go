@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+func init() {
+	register(command{
+		name:    "enqueue",
+		summary: "add a job (or, with --batch, many from JSON lines on stdin) and print its id",
+		usage: `Usage: pgwake enqueue --kind KIND [--queue Q] [--payload JSON | --payload-file F | -]
+                      [--delay D | --run-after TIME] [--priority P] [--max-attempts N]
+                      [--unique-key K]
+       pgwake enqueue --batch [defaults as flags] < jobs.jsonl
+
+Enqueues one job and prints its id. The payload is JSON: --payload, a file
+(--payload-file, "-" for stdin) or stdin when the last argument is "-";
+default {}. With --unique-key, enqueuing while a job with the same key is
+still pending prints that job's id and writes nothing.
+
+With --batch, every non-empty line of stdin is one job as a JSON object:
+  {"kind":"email","queue":"default","payload":{"to":"a@b.c"},"priority":0,
+   "delay":"30s","run_after":"2030-01-01T00:00:00Z","max_attempts":5,"unique_key":"k"}
+Only "kind" is required (or --kind); fields missing from a line take the
+flags' values. All lines go in one transaction with one NOTIFY per queue;
+ids are printed one per line, in input order.
+
+Examples:
+  pgwake enqueue --kind email --payload '{"to":"ann@example.com"}'
+  echo '{"n":1}' | pgwake enqueue --kind resize --delay 10s -
+  printf '{"kind":"a"}\n{"kind":"b","delay":"1m"}\n' | pgwake enqueue --batch`,
+		run: runEnqueue,
+	})
+}
+
+// batchLine is one job of `enqueue --batch`.
+type batchLine struct {
+	Kind        *string         `json:"kind"`
+	Queue       *string         `json:"queue"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    *int            `json:"priority"`
+	Delay       *string         `json:"delay"`
+	RunAfter    *time.Time      `json:"run_after"`
+	MaxAttempts *int            `json:"max_attempts"`
+	UniqueKey   *string         `json:"unique_key"`
+}
+
+func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
+	fs := env.flags()
+	var (
+		kind        = fs.String("kind", "", "job kind, selects the handler (required unless every --batch line has one)")
+		queueName   = fs.String("queue", queue.DefaultQueue, "queue name")
+		payload     = fs.String("payload", "", "payload as JSON text (default {})")
+		payloadFile = fs.String("payload-file", "", "read the payload from this file (\"-\": stdin)")
+		delay       = fs.Duration("delay", 0, "run the job this long from now, e.g. 30s, 5m")
+		runAfter    = fs.String("run-after", "", "run the job at this time (RFC 3339, e.g. 2030-01-02T15:04:05Z)")
+		priority    = fs.Int("priority", 0, "lower runs first, -32768..32767")
+		maxAttempts = fs.Int("max-attempts", 5, "attempts before the job is marked failed")
+		uniqueKey   = fs.String("unique-key", "", "deduplicate: while a pending job has this key, return its id instead")
+		batch       = fs.Bool("batch", false, "read many jobs as JSON lines from stdin")
+	)
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	stdinPayload := false
+	switch {
+	case fs.NArg() == 1 && fs.Arg(0) == "-":
+		stdinPayload = true
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q (flags go before \"-\")", fs.Arg(0))
+	}
+	var at time.Time
+	if *runAfter != "" {
+		t, err := time.Parse(time.RFC3339Nano, *runAfter)
+		if err != nil {
+			return usagef("--run-after %q is not an RFC 3339 time like 2030-01-02T15:04:05Z", *runAfter)
+		}
+		at = t
+		if *delay != 0 {
+			return usagef("give --delay or --run-after, not both")
+		}
+	}
+	if *delay < 0 {
+		return usagef("--delay %s is negative", *delay)
+	}
+	base := queue.NewJob{Queue: *queueName, Kind: *kind, Priority: *priority, Delay: *delay,
+		RunAfter: at, MaxAttempts: *maxAttempts, UniqueKey: *uniqueKey}
+
+	var jobs []queue.NewJob
+	if *batch {
+		if *payload != "" || *payloadFile != "" || stdinPayload {
+			return usagef("--batch reads jobs from stdin; give payloads in the lines, not with --payload, --payload-file or -")
+		}
+		var err error
+		if jobs, err = readBatch(env.stdin, base); err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return usagef("--batch: stdin has no jobs")
+		}
+	} else {
+		if *kind == "" {
+			return usagef("--kind is required")
+		}
+		n := 0
+		for _, set := range []bool{*payload != "", *payloadFile != "", stdinPayload} {
+			if set {
+				n++
+			}
+		}
+		if n > 1 {
+			return usagef("give the payload one way: --payload, --payload-file or -")
+		}
+		var body []byte
+		switch {
+		case *payload != "":
+			body = []byte(*payload)
+		case *payloadFile == "-" || stdinPayload:
+			b, err := io.ReadAll(env.stdin)
+			if err != nil {
+				return fmt.Errorf("read payload from stdin: %w", err)
+			}
+			body = b
+		case *payloadFile != "":
+			b, err := os.ReadFile(*payloadFile)
+			if err != nil {
+				return fmt.Errorf("read --payload-file: %w", err)
+			}
+			body = b
+		}
+		body = bytes.TrimSpace(body)
+		if len(body) > 0 && !json.Valid(body) {
+			return usagef("the payload is not valid JSON (%d bytes); quote it for the shell, e.g. --payload '{\"id\":1}'", len(body))
+		}
+		j := base
+		if len(body) > 0 {
+			j.Payload = json.RawMessage(body)
+		}
+		jobs = []queue.NewJob{j}
+	}
+
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	if err != nil {
+		return err
+	}
+	res, err := client.EnqueueMany(ctx, jobs)
+	if err != nil {
+		var je *queue.JobError
+		if errors.As(err, &je) {
+			if *batch {
+				return fmt.Errorf("line with job %d: %s: %v; nothing was enqueued", je.Index+1, je.Field, je.Err)
+			}
+			return usagef("%s: %v", je.Field, je.Err)
+		}
+		return explainSchemaError(err, env.schema)
+	}
+	w := bufio.NewWriter(env.stdout)
+	dups := 0
+	for _, r := range res {
+		fmt.Fprintln(w, r.ID)
+		if r.Duplicate {
+			dups++
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if dups > 0 {
+		fmt.Fprintf(env.stderr, "pgwake enqueue: %d of %d jobs matched a pending job's unique key; printed that job's id, wrote nothing for them\n", dups, len(res))
+	}
+	return nil
+}
+
+// readBatch parses JSON lines into jobs, filling missing fields from base.
+func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 8<<20)
+	var jobs []queue.NewJob
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var l batchLine
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			return nil, usagef("--batch line %d: %v; each line must be one JSON object like {\"kind\":\"email\",\"payload\":{}}", line, err)
+		}
+		j := base
+		j.Payload = nil
+		if l.Kind != nil {
+			j.Kind = *l.Kind
+		}
+		if j.Kind == "" {
+			return nil, usagef("--batch line %d: no \"kind\" and no --kind", line)
+		}
+		if l.Queue != nil {
+			j.Queue = *l.Queue
+		}
+		if len(l.Payload) > 0 && string(l.Payload) != "null" {
+			j.Payload = l.Payload
+		}
+		if l.Priority != nil {
+			j.Priority = *l.Priority
+		}
+		if l.Delay != nil {
+			d, err := time.ParseDuration(*l.Delay)
+			if err != nil || d < 0 {
+				return nil, usagef("--batch line %d: delay %q is not a duration like \"30s\"", line, *l.Delay)
+			}
+			j.Delay, j.RunAfter = d, time.Time{}
+		}
+		if l.RunAfter != nil {
+			j.RunAfter = *l.RunAfter
+		}
+		if l.MaxAttempts != nil {
+			j.MaxAttempts = *l.MaxAttempts
+		}
+		if l.UniqueKey != nil {
+			j.UniqueKey = *l.UniqueKey
+		}
+		jobs = append(jobs, j)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read --batch input: %w", err)
+	}
+	return jobs, nil
+}

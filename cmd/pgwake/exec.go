@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// stderrTailBytes is how much of a failed command's stderr becomes the
+// job's error.
+const stderrTailBytes = 2048
+
+// execHandler runs a job as `sh -c COMMAND`: payload on stdin, job details in
+// the environment, exit 0 for success, otherwise the tail of stderr is the
+// error. Its own process group is killed (SIGKILL) when the attempt's
+// context ends: timeout or hard shutdown.
+type execHandler struct {
+	command string
+	stdout  io.Writer // the handler's stdout is copied here
+	stderr  io.Writer // and its stderr here (besides the tail kept)
+	procs   *procGroups
+}
+
+// procGroups tracks running commands so a hard stop can kill them all.
+type procGroups struct {
+	mu   sync.Mutex
+	pids map[int]struct{}
+}
+
+func newProcGroups() *procGroups { return &procGroups{pids: map[int]struct{}{}} }
+
+func (p *procGroups) add(pid int) {
+	p.mu.Lock()
+	p.pids[pid] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *procGroups) remove(pid int) {
+	p.mu.Lock()
+	delete(p.pids, pid)
+	p.mu.Unlock()
+}
+
+// killAll sends SIGKILL to every running command's process group.
+func (p *procGroups) killAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pid := range p.pids {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}
+
+// Handle implements queue.Handler.
+func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
+	cmd := exec.Command("sh", "-c", h.command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = bytes.NewReader(job.Payload)
+	cmd.Env = append(os.Environ(),
+		"PGWAKE_JOB_ID="+strconv.FormatInt(job.ID, 10),
+		"PGWAKE_JOB_KIND="+job.Kind,
+		"PGWAKE_JOB_QUEUE="+job.Queue,
+		"PGWAKE_JOB_ATTEMPT="+strconv.Itoa(job.Attempt),
+		"PGWAKE_JOB_MAX_ATTEMPTS="+strconv.Itoa(job.MaxAttempts),
+		"PGWAKE_JOB_PRIORITY="+strconv.Itoa(job.Priority),
+	)
+	tail := &tailBuffer{max: stderrTailBytes}
+	cmd.Stdout = h.stdout
+	cmd.Stderr = io.MultiWriter(tail, h.stderr)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start sh -c: %w", err)
+	}
+	pid := cmd.Process.Pid
+	h.procs.add(pid)
+	defer h.procs.remove(pid)
+
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-waitDone:
+	case <-ctx.Done():
+		// Kill the whole group: sh and whatever it started.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		select {
+		case err = <-waitDone:
+		case <-time.After(5 * time.Second):
+			// Something outside the group holds the pipes; give up on it.
+		}
+		cause := context.Cause(ctx)
+		if cause == nil {
+			cause = ctx.Err()
+		}
+		return fmt.Errorf("command killed (process group %d): %w%s", pid, cause, tail.suffix())
+	}
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("command killed by signal %s%s", ws.Signal(), tail.suffix())
+		}
+		return fmt.Errorf("exit status %d%s", ee.ExitCode(), tail.suffix())
+	}
+	return fmt.Errorf("command: %w%s", err, tail.suffix())
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+	cut bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+// suffix is ": <last stderr>" or "" when stderr was empty.
+func (t *tailBuffer) suffix() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(strings.ToValidUTF8(string(t.buf), "\uFFFD"))
+	if s == "" {
+		return ""
+	}
+	if t.cut {
+		s = "..." + s
+	}
+	return ": " + s
+}

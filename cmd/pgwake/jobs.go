@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/queue"
+)
+
+func init() {
+	register(command{
+		name:    "jobs",
+		summary: "list, show, retry or cancel jobs",
+		usage: `Usage: pgwake jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]
+       pgwake jobs show ID [--json]
+       pgwake jobs retry (ID... | --all-failed [--queue Q] [--kind K])
+       pgwake jobs cancel ID...
+
+list    jobs, newest first, filtered by queue, kind and state (pending,
+        succeeded, failed, cancelled); --limit defaults to 50.
+show    one job with its payload and full event history.
+retry   puts failed jobs back to pending, due now (a "retried" event each);
+        their attempts are kept and max attempts grows if needed so they run
+        at least once more.
+cancel  marks pending jobs cancelled (a "cancelled" event each). A job whose
+        handler is running now is cancelled when that attempt ends, if it is
+        still pending then; cancel waits for that.
+
+Examples:
+  pgwake jobs list --state failed --queue email
+  pgwake jobs show 42
+  pgwake jobs retry --all-failed --kind email
+  pgwake jobs cancel 43 44`,
+		run: runJobs,
+	})
+}
+
+func runJobs(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			env.printHelp(env.flags())
+			return errHelp
+		}
+		return usagef("expected an action: list, show, retry or cancel")
+	}
+	action, rest := args[0], args[1:]
+	switch action {
+	case "list":
+		return jobsList(ctx, env, rest)
+	case "show":
+		return jobsShow(ctx, env, rest)
+	case "retry":
+		return jobsChange(ctx, env, rest, true)
+	case "cancel":
+		return jobsChange(ctx, env, rest, false)
+	}
+	return usagef("unknown action %q: use list, show, retry or cancel", action)
+}
+
+// jobRow is a job as list and show print it.
+type jobRow struct {
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Kind        string          `json:"kind"`
+	State       string          `json:"state"`
+	Priority    int             `json:"priority"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	RunAfter    time.Time       `json:"run_after"`
+	CreatedAt   time.Time       `json:"created_at"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	UniqueKey   string          `json:"unique_key,omitempty"`
+	LastError   string          `json:"last_error,omitempty"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Events      []eventRow      `json:"events,omitempty"`
+}
+
+type eventRow struct {
+	ID      int64           `json:"id"`
+	Type    string          `json:"type"`
+	Attempt int             `json:"attempt"`
+	At      time.Time       `json:"at"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+var validStates = []string{queue.StatePending, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}
+
+const jobColumns = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at, coalesce(unique_key, ''), coalesce(last_error, '')`
+
+func scanJob(row pgx.Row, j *jobRow, extra ...any) error {
+	var prio int16
+	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.State, &prio, &j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.LastError}, extra...)
+	err := row.Scan(dest...)
+	j.Priority = int(prio)
+	return err
+}
+
+func jobsList(ctx context.Context, env *cliEnv, args []string) error {
+	fs := env.flags()
+	q := fs.String("queue", "", "only this queue")
+	kind := fs.String("kind", "", "only this kind")
+	state := fs.String("state", "", "only this state: pending, succeeded, failed, cancelled")
+	limit := fs.Int("limit", 50, "at most this many jobs, newest first")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *state != "" && !contains(validStates, *state) {
+		return usagef("--state %q: use one of %s", *state, strings.Join(validStates, ", "))
+	}
+	if *limit < 1 {
+		return usagef("--limit must be at least 1")
+	}
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	sql := `SELECT ` + jobColumns + ` FROM ` + sqlident.Quote(env.schema, "jobs") + `
+WHERE ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR state = $3)
+ORDER BY id DESC LIMIT $4`
+	rows, err := pool.Query(ctx, sql, *q, *kind, *state, *limit)
+	if err != nil {
+		return explainSchemaError(fmt.Errorf("list jobs: %w", err), env.schema)
+	}
+	defer rows.Close()
+	list := []jobRow{}
+	for rows.Next() {
+		var j jobRow
+		if err := scanJob(rows, &j); err != nil {
+			return fmt.Errorf("list jobs: %w", err)
+		}
+		list = append(list, j)
+	}
+	if err := rows.Err(); err != nil {
+		return explainSchemaError(fmt.Errorf("list jobs: %w", err), env.schema)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(env.stdout, "no jobs match")
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tLAST ERROR")
+	for _, j := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State, j.Attempts, j.MaxAttempts,
+			j.RunAfter.Local().Format("2006-01-02 15:04:05"), shorten(j.LastError, 60))
+	}
+	return tw.Flush()
+}
+
+func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
+	fs := env.flags()
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("expected one job id")
+	}
+	id, err := parseID(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var j jobRow
+	err = scanJob(pool.QueryRow(ctx, `SELECT `+jobColumns+`, payload FROM `+sqlident.Quote(env.schema, "jobs")+` WHERE id = $1`, id), &j, &j.Payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("job %d not found in schema %s", id, env.schema)
+	}
+	if err != nil {
+		return explainSchemaError(fmt.Errorf("show job %d: %w", id, err), env.schema)
+	}
+	if j.Events, err = jobEvents(ctx, pool, env.schema, id); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(j)
+	}
+	w := env.stdout
+	ts := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 MST") }
+	fmt.Fprintf(w, "job %d\n", j.ID)
+	fmt.Fprintf(w, "  queue:        %s\n  kind:         %s\n  state:        %s\n  priority:     %d\n  attempts:     %d of %d\n",
+		j.Queue, j.Kind, j.State, j.Priority, j.Attempts, j.MaxAttempts)
+	fmt.Fprintf(w, "  created:      %s\n  run after:    %s\n", ts(j.CreatedAt), ts(j.RunAfter))
+	if j.FinishedAt != nil {
+		fmt.Fprintf(w, "  finished:     %s\n", ts(*j.FinishedAt))
+	}
+	if j.UniqueKey != "" {
+		fmt.Fprintf(w, "  unique key:   %s\n", j.UniqueKey)
+	}
+	if j.LastError != "" {
+		fmt.Fprintf(w, "  last error:   %s\n", indentMore(j.LastError))
+	}
+	fmt.Fprintf(w, "  payload:      %s\n", shorten(string(j.Payload), 2000))
+	fmt.Fprintf(w, "events:\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, e := range j.Events {
+		data := ""
+		if len(e.Data) > 0 && string(e.Data) != "{}" {
+			data = shorten(string(e.Data), 200)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\tattempt %d\t%s\n", ts(e.At), e.Type, e.Attempt, data)
+	}
+	return tw.Flush()
+}
+
+func jobEvents(ctx context.Context, pool *pgxpool.Pool, schema string, id int64) ([]eventRow, error) {
+	rows, err := pool.Query(ctx, `SELECT id, type, attempt, at, data FROM `+sqlident.Quote(schema, "events")+` WHERE job_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read events of job %d: %w", id, err)
+	}
+	defer rows.Close()
+	var out []eventRow
+	for rows.Next() {
+		var e eventRow
+		if err := rows.Scan(&e.ID, &e.Type, &e.Attempt, &e.At, &e.Data); err != nil {
+			return nil, fmt.Errorf("read events of job %d: %w", id, err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// jobsChange retries (retry=true) or cancels jobs.
+func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) error {
+	fs := env.flags()
+	var allFailed *bool
+	var q, kind *string
+	if retry {
+		allFailed = fs.Bool("all-failed", false, "retry every failed job (narrow with --queue, --kind)")
+		q = fs.String("queue", "", "with --all-failed: only this queue")
+		kind = fs.String("kind", "", "with --all-failed: only this kind")
+	}
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	verb := "cancel"
+	if retry {
+		verb = "retry"
+	}
+	var ids []int64
+	for _, a := range fs.Args() {
+		id, err := parseID(a)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	all := allFailed != nil && *allFailed
+	switch {
+	case all && len(ids) > 0:
+		return usagef("give job ids or --all-failed, not both")
+	case !all && len(ids) == 0:
+		if retry {
+			return usagef("expected job ids or --all-failed")
+		}
+		return usagef("expected job ids")
+	case !all && retry && (*q != "" || *kind != ""):
+		return usagef("--queue and --kind narrow --all-failed; with ids, give only ids")
+	}
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	if err != nil {
+		return err
+	}
+	if all {
+		rows, err := pool.Query(ctx, `SELECT id FROM `+sqlident.Quote(env.schema, "jobs")+`
+WHERE state = 'failed' AND ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) ORDER BY id`, *q, *kind)
+		if err != nil {
+			return explainSchemaError(fmt.Errorf("find failed jobs: %w", err), env.schema)
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("find failed jobs: %w", err)
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(env.stdout, "no failed jobs match")
+			return nil
+		}
+	}
+	var missed []string
+	done := 0
+	for _, id := range ids {
+		var err error
+		if retry {
+			err = client.Retry(ctx, id)
+		} else {
+			err = client.Cancel(ctx, id)
+		}
+		switch {
+		case err == nil:
+			done++
+			fmt.Fprintf(env.stdout, "%s %d\n", map[bool]string{true: "retried", false: "cancelled"}[retry], id)
+		case errors.Is(err, queue.ErrNotFound):
+			missed = append(missed, strconv.FormatInt(id, 10))
+		default:
+			return explainSchemaError(err, env.schema)
+		}
+	}
+	if len(missed) > 0 {
+		want := "pending"
+		if retry {
+			want = "failed"
+		}
+		return fmt.Errorf("could not %s job(s) %s: no such job, or not %s (see `pgwake jobs show ID`); %d other(s) done",
+			verb, strings.Join(missed, ", "), want, done)
+	}
+	return nil
+}
+
+// reorderArgs moves positional arguments after the flags, so "show 42 --json"
+// parses like "show --json 42".
+func reorderArgs(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // Parse reports it
+		}
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(flags, pos...)
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, usagef("job id %q is not a positive integer", s)
+	}
+	return id, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func shorten(s string, n int) string {
+	s = oneLine(s)
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func indentMore(s string) string {
+	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n                ")
+}

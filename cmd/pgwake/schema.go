@@ -1,0 +1,17 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// explainSchemaError turns "relation does not exist" into a hint to migrate.
+func explainSchemaError(err error, schema string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("pgwake's tables are missing in schema %s (%s); run `pgwake migrate --schema %s` first", schema, pgErr.Message, schema)
+	}
+	return err
+}

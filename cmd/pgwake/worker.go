@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+func init() {
+	register(command{
+		name:    "worker",
+		summary: "run workers whose handlers are shell commands; serve /metrics and /healthz",
+		usage: `Usage: pgwake worker --handler KIND=exec:COMMAND [--handler ...] [--queues a,b]
+                     [--concurrency N] [--job-timeout D] [--kind-timeout KIND=D ...]
+                     [--metrics-addr 127.0.0.1:9464] [flags]
+
+Runs workers for the given queues. Each --handler maps a job kind to a shell
+command, run as sh -c COMMAND (pipes and redirects work) in its own process
+group:
+  - the payload (JSON) is on stdin;
+  - PGWAKE_JOB_ID, PGWAKE_JOB_KIND, PGWAKE_JOB_QUEUE, PGWAKE_JOB_ATTEMPT,
+    PGWAKE_JOB_MAX_ATTEMPTS and PGWAKE_JOB_PRIORITY are in the environment;
+  - exit status 0 is success; anything else fails the attempt, and the last
+    2 KiB of stderr become the job's error (retried with backoff until
+    max attempts, then failed);
+  - stdout and stderr are copied to the worker's stdout and stderr;
+  - when the attempt's timeout (--job-timeout, or --kind-timeout for the
+    kind) runs out, the whole process group is killed (SIGKILL).
+A job of a kind with no --handler fails its attempt ("no handler registered").
+
+SIGINT/SIGTERM: stop claiming, let running commands finish for up to
+--shutdown-timeout, then kill them (their jobs stay pending and run again).
+A second signal kills every running command and exits at once; the open
+claim transactions roll back, so those jobs stay pending too.
+
+/metrics (Prometheus) and /healthz (200 when the database answers) are
+served on --metrics-addr, loopback by default; "off" disables them.
+
+Example:
+  pgwake worker --queues default,email --concurrency 4 \
+    --handler 'email=exec:./send-mail.sh' \
+    --handler 'resize=exec:convert - -resize 50% out/$PGWAKE_JOB_ID.png' \
+    --kind-timeout resize=2m`,
+		run: runWorker,
+	})
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// workerOptions are the parsed worker flags.
+type workerOptions struct {
+	queues          []string
+	concurrency     int
+	handlers        map[string]string // kind -> shell command
+	jobTimeout      time.Duration
+	kindTimeouts    map[string]time.Duration
+	pollInterval    time.Duration
+	shutdownTimeout time.Duration
+	retryBackoff    time.Duration
+	metricsAddr     string
+	listenerURL     string
+}
+
+func runWorker(ctx context.Context, env *cliEnv, args []string) error {
+	fs := env.flags()
+	var handlerFlags, timeoutFlags multiFlag
+	var o workerOptions
+	queues := fs.String("queues", queue.DefaultQueue, "comma-separated queues to work")
+	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once per queue")
+	fs.Var(&handlerFlags, "handler", "KIND=exec:COMMAND, repeatable")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", time.Minute, "longest one attempt may run; 0 or negative: no limit")
+	fs.Var(&timeoutFlags, "kind-timeout", "KIND=DURATION, overrides --job-timeout for a kind, repeatable")
+	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "longest a worker waits without looking when no NOTIFY arrives")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
+	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
+	fs.StringVar(&o.listenerURL, "listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($PGWAKE_LISTENER_URL)")
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if o.listenerURL == "" {
+		o.listenerURL = envOr("PGWAKE_LISTENER_URL", "")
+	}
+	var err error
+	if o.queues, err = parseQueues(*queues); err != nil {
+		return err
+	}
+	if o.concurrency < 1 || o.concurrency > 10000 {
+		return usagef("--concurrency %d is outside 1..10000", o.concurrency)
+	}
+	if o.handlers, err = parseHandlers(handlerFlags); err != nil {
+		return err
+	}
+	if o.kindTimeouts, err = parseKindTimeouts(timeoutFlags, o.handlers); err != nil {
+		return err
+	}
+	if o.pollInterval < 10*time.Millisecond {
+		return usagef("--poll-interval %s is below 10ms", o.pollInterval)
+	}
+	if o.retryBackoff <= 0 {
+		return usagef("--retry-backoff must be positive")
+	}
+	if o.shutdownTimeout < 0 {
+		return usagef("--shutdown-timeout is negative")
+	}
+
+	pool, err := env.connectWith(ctx, func(c *pgxpool.Config) {
+		// Every running job holds a connection (its claim transaction), plus
+		// room for the metrics scrape and failure bookkeeping.
+		if need := int32(o.concurrency*len(o.queues) + 2); c.MaxConns < need && !strings.Contains(c.ConnString(), "pool_max_conns") {
+			c.MaxConns = need
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	var listenerCC *pgx.ConnConfig
+	if o.listenerURL != "" {
+		if listenerCC, err = pgx.ParseConfig(o.listenerURL); err != nil {
+			return usagef("--listener-url %s: %s", redactURL(o.listenerURL), parseErrCause(err))
+		}
+	}
+
+	reg := newRegistry()
+	procs := newProcGroups()
+	env.onHardStop(procs.killAll)
+	handlers := make(map[string]queue.Handler, len(o.handlers))
+	for kind, command := range o.handlers {
+		handlers[kind] = &execHandler{command: command, stdout: env.stdout, stderr: env.stderr, procs: procs}
+	}
+	qs := make(map[string]queue.QueueConfig, len(o.queues))
+	for _, q := range o.queues {
+		qs[q] = queue.QueueConfig{MaxWorkers: o.concurrency}
+	}
+	jobTimeout := o.jobTimeout
+	if jobTimeout <= 0 {
+		jobTimeout = -1
+	}
+	base := o.retryBackoff
+	client, err := queue.New(pool, queue.Config{
+		Schema:             env.schema,
+		Queues:             qs,
+		Handlers:           handlers,
+		JobTimeout:         jobTimeout,
+		KindTimeouts:       o.kindTimeouts,
+		PollInterval:       o.pollInterval,
+		ShutdownTimeout:    o.shutdownTimeout,
+		Backoff:            func(attempt int) time.Duration { return exponentialBackoff(base, attempt) },
+		ListenerConnConfig: listenerCC,
+		Logger:             env.log,
+		Registerer:         reg,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := checkSchema(ctx, pool, env.schema); err != nil {
+		return err
+	}
+
+	var ms *metricsServer
+	if !metricsOff(o.metricsAddr) {
+		if ms, err = listenMetrics(o.metricsAddr, reg, pool, env.log); err != nil {
+			return err
+		}
+		go ms.serve(env.log)
+		defer ms.shutdown()
+	}
+	kinds := make([]string, 0, len(o.handlers))
+	for k := range o.handlers {
+		kinds = append(kinds, k)
+	}
+	fields := []zap.Field{zap.Strings("queues", o.queues), zap.Int("concurrency", o.concurrency),
+		zap.Strings("kinds", kinds), zap.String("schema", env.schema)}
+	if ms != nil {
+		fields = append(fields, zap.String("metrics", "http://"+ms.addr+"/metrics"))
+	}
+	env.log.Info("pgwake worker started", fields...)
+	if err := client.Run(ctx); err != nil {
+		return err
+	}
+	env.log.Info("pgwake worker stopped")
+	return nil
+}
+
+// exponentialBackoff is base * 2^(attempt-1), capped at 24h.
+func exponentialBackoff(base time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < 24*time.Hour; i++ {
+		d *= 2
+	}
+	return min(d, 24*time.Hour)
+}
+
+func parseQueues(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, q := range strings.Split(s, ",") {
+		q = strings.TrimSpace(q)
+		if q == "" {
+			continue
+		}
+		if err := queue.ValidateQueue(q); err != nil {
+			return nil, usagef("--queues: %v", err)
+		}
+		if !seen[q] {
+			seen[q] = true
+			out = append(out, q)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usagef("--queues is empty")
+	}
+	return out, nil
+}
+
+func parseHandlers(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, usagef("give at least one --handler KIND=exec:COMMAND")
+	}
+	out := map[string]string{}
+	for _, f := range flags {
+		kind, spec, ok := strings.Cut(f, "=")
+		if !ok || kind == "" {
+			return nil, usagef("--handler %q: expected KIND=exec:COMMAND", f)
+		}
+		if err := queue.ValidateKind(kind); err != nil {
+			return nil, usagef("--handler %q: %v", f, err)
+		}
+		command, ok := strings.CutPrefix(spec, "exec:")
+		if !ok {
+			return nil, usagef("--handler %q: the handler must start with exec: (the only handler type), e.g. %s=exec:./run.sh", f, kind)
+		}
+		if strings.TrimSpace(command) == "" {
+			return nil, usagef("--handler %q: empty command", f)
+		}
+		if _, dup := out[kind]; dup {
+			return nil, usagef("--handler: kind %q given twice", kind)
+		}
+		out[kind] = command
+	}
+	return out, nil
+}
+
+func parseKindTimeouts(flags []string, handlers map[string]string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, f := range flags {
+		kind, ds, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, usagef("--kind-timeout %q: expected KIND=DURATION, e.g. resize=2m", f)
+		}
+		d, err := time.ParseDuration(ds)
+		if err != nil {
+			return nil, usagef("--kind-timeout %q: %q is not a duration like 30s or 2m", f, ds)
+		}
+		if _, ok := handlers[kind]; !ok {
+			return nil, usagef("--kind-timeout %q: no --handler for kind %q", f, kind)
+		}
+		if d <= 0 {
+			d = -1
+		}
+		out[kind] = d
+	}
+	return out, nil
+}
+
+// checkSchema fails early, with the fix, when the schema is not migrated.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteIdent(schema)+".jobs").Scan(&ok); err != nil {
+		return fmt.Errorf("check schema %s: %w", schema, err)
+	}
+	if !ok {
+		return fmt.Errorf("pgwake's tables are missing in schema %s; run `pgwake migrate --schema %s` first", schema, schema)
+	}
+	return nil
+}
+
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
