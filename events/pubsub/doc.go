@@ -1,0 +1,22 @@
+// Package pubsub is pgwake as a Watermill Pub/Sub: a message.Publisher and a
+// message.Subscriber backed by the pgwake queue (package queue), woken by
+// LISTEN/NOTIFY instead of polling.
+//
+// Publishing enqueues one job per message and per consumer group of the
+// topic, in one statement: Publisher.PublishTx (or Publisher.WithTx) does it
+// in the caller's pgx.Tx, which is the outbox pattern without a relay. The
+// message UUID, metadata and payload (arbitrary bytes) are kept exactly.
+//
+// Subscribing runs a queue worker for the topic's queue: a claim with FOR
+// UPDATE SKIP LOCKED, in a transaction that stays open until the message is
+// acknowledged. Ack completes the job and commits whatever the handler wrote
+// through TxFromContext(msg.Context()); Nack rolls that back and makes the
+// message redeliverable after SubscriberConfig.NackBackoff.
+//
+// Topics and consumer groups map to queue names by QueueName; see
+// docs/watermill.md for the rule, the consumer-group semantics and the
+// delivery guarantees (at-least-once; order only for one subscriber without
+// Nacks). The tables come from package migrations (0003).
+//
+// The core queue package does not import this one.
+package pubsub

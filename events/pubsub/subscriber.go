@@ -1,0 +1,378 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/notify"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// SubscriberConfig configures a Subscriber. The zero value is usable.
+type SubscriberConfig struct {
+	// Schema holds pgwake's tables, migrated with migrations.Up (0003 or
+	// later). Default "pgwake".
+	Schema string
+	// ConsumerGroup names the group this subscriber's subscriptions belong
+	// to. Every group of a topic gets every message published after the
+	// group registered; subscribers of one group compete for them. Default
+	// "": the default group.
+	ConsumerGroup string
+	// NackBackoff is how long a Nacked message waits before it is delivered
+	// again (to any subscriber of the group). Default 100ms; a negative
+	// value means at once.
+	NackBackoff time.Duration
+	// AckTimeout bounds the time from delivery to Ack or Nack: after it the
+	// message's context is cancelled and it counts as Nacked. Default 0: no
+	// limit.
+	AckTimeout time.Duration
+	// CloseTimeout is how long Close (or the Subscribe context's
+	// cancellation) waits for the Ack or Nack of a message already handed
+	// out, after cancelling its context, before rolling its transaction back
+	// (the message is then delivered again). Default 1s.
+	CloseTimeout time.Duration
+	// PollInterval is the longest a subscription waits without looking at
+	// the database when no notification arrives. Default 2s.
+	PollInterval time.Duration
+	// Listener is a shared LISTEN connection (notify.Listener) run by its
+	// owner. Default: the Subscriber runs its own, from ListenerConnConfig,
+	// from the first Subscribe until Close.
+	Listener *notify.Listener
+	// ListenerConnConfig is the connection of the Subscriber's own
+	// listener. Default: the pool's connection config.
+	ListenerConnConfig *pgx.ConnConfig
+	// Logger gets the subscriber's logs; payloads are never logged. Default
+	// zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Subscriber is a message.Subscriber that delivers the messages of a topic's
+// queue for its consumer group. Each Subscribe runs one worker: one message
+// is out at a time per returned channel, the next comes after Ack or Nack.
+type Subscriber struct {
+	pool     *pgxpool.Pool
+	cfg      SubscriberConfig
+	log      *zap.Logger
+	register string // SQL
+
+	mu        sync.Mutex
+	closed    bool
+	subs      map[*subscription]struct{}
+	running   sync.WaitGroup // subscriptions
+	listener  *notify.Listener
+	lcancel   context.CancelFunc
+	lrunning  sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
+
+// NewSubscriber returns a Subscriber on pool. It does not touch the database.
+func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = migrations.DefaultSchema
+	}
+	if cfg.NackBackoff == 0 {
+		cfg.NackBackoff = 100 * time.Millisecond
+	}
+	if cfg.NackBackoff < 0 {
+		cfg.NackBackoff = 0
+	}
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = time.Second
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if err := migrations.ValidateSchema(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := ValidateGroup(cfg.ConsumerGroup); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.AckTimeout < 0 {
+		return nil, fmt.Errorf("%w: AckTimeout %s is negative", ErrInvalidConfig, cfg.AckTimeout)
+	}
+	if cfg.CloseTimeout < 0 {
+		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
+	}
+	if cfg.PollInterval < 10*time.Millisecond {
+		return nil, fmt.Errorf("%w: PollInterval %s is below 10ms", ErrInvalidConfig, cfg.PollInterval)
+	}
+	return &Subscriber{
+		pool: pool,
+		cfg:  cfg,
+		log:  cfg.Logger.Named("watermill"),
+		register: `INSERT INTO ` + sqlident.Quote(cfg.Schema, "watermill_subscriptions") +
+			` (topic, consumer_group, queue) VALUES ($1, $2, $3) ON CONFLICT (topic, consumer_group) DO NOTHING`,
+		subs: map[*subscription]struct{}{},
+	}, nil
+}
+
+// ErrQueueCollision is returned when a (topic, group) pair hashes to the
+// queue of another registered pair (a 64-bit hash collision).
+var ErrQueueCollision = errors.New("pubsub: queue name collision")
+
+// SubscribeInitialize registers the subscriber's consumer group on topic, so
+// that messages published from now on are kept for it even before its first
+// Subscribe. Subscribe does this too.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	_, err := s.registerGroup(context.Background(), topic)
+	return err
+}
+
+func (s *Subscriber) registerGroup(ctx context.Context, topic string) (string, error) {
+	q, err := QueueName(topic, s.cfg.ConsumerGroup)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.pool.Exec(ctx, s.register, topic, s.cfg.ConsumerGroup, q); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			return "", fmt.Errorf("%w: topic %q group %q maps to queue %s, which another pair holds", ErrQueueCollision, topic, s.cfg.ConsumerGroup, q)
+		}
+		return "", fmt.Errorf("pubsub: register group %q on topic %q: %w", s.cfg.ConsumerGroup, topic, err)
+	}
+	return q, nil
+}
+
+// RemoveGroup unregisters the subscriber's consumer group from topic and
+// cancels the group's pending messages on it: later publishes no longer keep
+// messages for the group. Running subscriptions are not stopped.
+func (s *Subscriber) RemoveGroup(ctx context.Context, topic string) error {
+	q, err := QueueName(topic, s.cfg.ConsumerGroup)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+sqlident.Quote(s.cfg.Schema, "watermill_subscriptions")+
+			` WHERE topic = $1 AND consumer_group = $2`, topic, s.cfg.ConsumerGroup); err != nil {
+			return fmt.Errorf("pubsub: remove group: %w", err)
+		}
+		jobs := sqlident.Quote(s.cfg.Schema, "jobs")
+		events := sqlident.Quote(s.cfg.Schema, "events")
+		_, err := tx.Exec(ctx, `
+WITH j AS (
+	UPDATE `+jobs+` SET state = 'cancelled', finished_at = clock_timestamp()
+	WHERE queue = $1 AND state = 'pending'
+	RETURNING id, queue, kind, attempts
+)
+INSERT INTO `+events+` (job_id, type, queue, kind, attempt)
+SELECT id, 'cancelled', queue, kind, attempts FROM j`, q)
+		if err != nil {
+			return fmt.Errorf("pubsub: remove group: cancel pending messages: %w", err)
+		}
+		return nil
+	})
+}
+
+// Subscribe registers the consumer group on topic and returns the channel of
+// its messages. The channel is closed when ctx is cancelled or Close is
+// called, after the message handed out (if any) was acknowledged or its
+// CloseTimeout passed. Each message's context carries the values of ctx and
+// the claim transaction (TxFromContext); it is cancelled after Ack or Nack.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	q, err := s.registerGroup(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	sub := &subscription{s: s, topic: topic, queue: q, out: make(chan *message.Message)}
+	sub.ctx, sub.cancel = context.WithCancel(ctx)
+	backoff := s.cfg.NackBackoff
+	jobTimeout := s.cfg.AckTimeout
+	if jobTimeout == 0 {
+		jobTimeout = -1
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		sub.cancel()
+		return nil, ErrClosed
+	}
+	listener, err := s.startListener()
+	if err != nil {
+		sub.cancel()
+		return nil, err
+	}
+	client, err := queue.New(s.pool, queue.Config{
+		Schema:          s.cfg.Schema,
+		Queues:          map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
+		Handlers:        map[string]queue.Handler{Kind: queue.HandlerFunc(sub.handle)},
+		JobTimeout:      jobTimeout,
+		PollInterval:    s.cfg.PollInterval,
+		ShutdownTimeout: s.cfg.CloseTimeout + 10*time.Second,
+		Backoff:         func(int) time.Duration { return backoff },
+		Listener:        listener,
+		Logger:          s.cfg.Logger,
+	})
+	if err != nil {
+		sub.cancel()
+		return nil, fmt.Errorf("pubsub: subscribe to %q: %w", topic, err)
+	}
+	s.subs[sub] = struct{}{}
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		defer close(sub.out)
+		if err := client.Run(sub.ctx); err != nil {
+			s.log.Error("subscription stopped", zap.String("topic", topic), zap.Error(err))
+		}
+		sub.cancel()
+		s.mu.Lock()
+		delete(s.subs, sub)
+		s.mu.Unlock()
+	}()
+	return sub.out, nil
+}
+
+// startListener returns the listener, starting the subscriber's own on first
+// use. s.mu is held.
+func (s *Subscriber) startListener() (*notify.Listener, error) {
+	if s.cfg.Listener != nil {
+		return s.cfg.Listener, nil
+	}
+	if s.listener != nil {
+		return s.listener, nil
+	}
+	cc := s.cfg.ListenerConnConfig
+	if cc == nil {
+		cc = s.pool.Config().ConnConfig
+	}
+	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: start listener: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.listener, s.lcancel = l, cancel
+	s.lrunning.Go(func() { _ = l.Run(ctx) })
+	return l, nil
+}
+
+func (s *Subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close ends every subscription (their channels close), waits for them and
+// stops the subscriber's own listener. Messages handed out and not acked
+// within CloseTimeout are rolled back and delivered again later. It is safe
+// to call more than once.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		for sub := range s.subs {
+			sub.cancel()
+		}
+		s.mu.Unlock()
+		s.running.Wait()
+		s.mu.Lock()
+		if s.lcancel != nil {
+			s.lcancel()
+		}
+		s.mu.Unlock()
+		s.lrunning.Wait()
+	})
+	s.running.Wait()
+	s.lrunning.Wait()
+	return nil
+}
+
+// subscription is one Subscribe call.
+type subscription struct {
+	s      *Subscriber
+	topic  string
+	queue  string
+	out    chan *message.Message
+	ctx    context.Context // cancelled by the Subscribe ctx or Close
+	cancel context.CancelFunc
+}
+
+// ErrNacked is the error recorded on a job whose message was Nacked.
+var ErrNacked = errors.New("message nacked")
+
+// errClosing is the error recorded on a job whose message was handed out (or
+// about to be) when its subscription ended.
+var errClosing = errors.New("subscription closed before the message was acknowledged")
+
+type txKey struct{}
+
+// TxFromContext returns the claim transaction of the message whose context
+// is ctx (msg.Context()). Writes made through it commit atomically with the
+// message's Ack and roll back with its Nack. Use it only before Ack or Nack,
+// with msg.Context() (or a context derived from it) for every statement; do
+// not Commit or Rollback it.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// handle is the queue handler: it hands the message out and waits for its
+// Ack (nil: the job completes) or Nack (an error: the job is retried).
+func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job) error {
+	msg, err := decode(job.Payload)
+	if err != nil {
+		sub.s.log.Error("undecodable message job", zap.Int64("job_id", job.ID), zap.String("queue", job.Queue), zap.Error(err))
+		return err
+	}
+	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, tx))
+	defer cancel()
+	msg.SetContext(mctx)
+
+	select {
+	case sub.out <- msg:
+	case <-sub.ctx.Done():
+		return errClosing
+	case <-hctx.Done():
+		return context.Cause(hctx)
+	}
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return ErrNacked
+	case <-sub.ctx.Done():
+	case <-hctx.Done():
+	}
+	// Closing or out of time: cancel the message's context and give the
+	// handler CloseTimeout to answer.
+	cancel()
+	t := time.NewTimer(sub.s.cfg.CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return ErrNacked
+	case <-t.C:
+	}
+	if hctx.Err() != nil {
+		return context.Cause(hctx)
+	}
+	return errClosing
+}
