@@ -119,7 +119,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	} else {
 		binDir, err := pgcluster.FindBinDir()
 		if err != nil {
-			return fmt.Errorf("no database URL given and %w; or give a server with --database-url / PGWAKE_DATABASE_URL (`docker compose up -d postgres` starts one)", err)
+			return fmt.Errorf("no database URL given (--database-url, PGWAKE_DATABASE_URL) and %w", err)
 		}
 		fmt.Fprintf(out, "pgwake demo: starting a throwaway PostgreSQL (binaries %s) ...\n", binDir)
 		start := time.Now()
@@ -622,4 +622,3 @@ func randomSuffix() string {
 	}
 	return string(b)
 }
-
