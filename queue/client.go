@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,6 +26,7 @@ type Client struct {
 	channel string
 	metrics *metrics
 
+	id      string // names this client in the waiters table
 	loops   map[string]*queueLoop
 	running atomic.Bool
 
@@ -54,6 +57,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		sql:     newStatements(cfg.Schema),
 		channel: WakeChannel(cfg.Schema),
 		loops:   map[string]*queueLoop{},
+		id:      newClientID(),
 	}
 	m, err := newMetrics(cfg.Registerer, c)
 	if err != nil {
@@ -77,16 +81,20 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 
 // statements holds the client's SQL, with the schema quoted in.
 type statements struct {
-	enqueue, claim, next, succeed, fail, lockJob, cancel, retry string
+	enqueue, claim, next, succeed, fail, cancel, retry string
+	setWaiter, heartbeat, dropWaiters, pruneWaiters    string
 }
 
 func newStatements(schema string) statements {
 	jobs := sqlident.Quote(schema, "jobs")
 	events := sqlident.Quote(schema, "events")
+	waiters := sqlident.Quote(schema, "waiters")
+	wakeNeeded := sqlident.Quote(schema, "wake_needed")
 	return statements{
-		// One statement: insert, append events, one NOTIFY per queue. The
-		// payload is the queue, plus "|<ms>" when the earliest job of the
-		// queue is delayed by that many milliseconds.
+		// One statement: insert, append events, and one NOTIFY per queue
+		// that a sleeping worker waits on (see wake_needed in migration
+		// 0004). The payload is the queue, plus "|<ms>" when the earliest job
+		// of the queue is delayed by that many milliseconds.
 		enqueue: `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::bigint[], $7::int[], $8::text[])
@@ -104,7 +112,7 @@ WITH input AS (
 	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
 		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
 		ELSE '' END)
-	FROM ins GROUP BY queue
+	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
 )
 SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`,
 
@@ -115,7 +123,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts, run_after, cr
 FROM ` + jobs + `
 WHERE state = 'pending' AND queue = $1 AND run_after <= now()
 ORDER BY priority, run_after, id
-LIMIT 1
+LIMIT $2
 FOR UPDATE SKIP LOCKED`,
 
 		// Milliseconds until the queue's earliest future job, NULL if none.
@@ -127,11 +135,11 @@ WHERE state = 'pending' AND queue = $1 AND run_after > now()`,
 		succeed: `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'succeeded', attempts = attempts + 1, finished_at = clock_timestamp()
-	WHERE id = $1
+	WHERE id = ANY($1)
 	RETURNING id, queue, kind, attempts
 )
 INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-SELECT id, 'succeeded', queue, kind, attempts FROM j`,
+SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id`,
 
 		// $1 id, $2 attempts seen at claim, $3 error, $4 backoff µs.
 		// Returns the new state and the ms until the retry.
@@ -158,7 +166,14 @@ WITH j AS (
 )
 SELECT state, extract(epoch FROM run_after - clock_timestamp()) * 1000, (SELECT count(*) FROM wake) FROM j`,
 
-		lockJob: `SELECT attempts FROM ` + jobs + ` WHERE id = $1 FOR UPDATE`,
+		setWaiter: `INSERT INTO ` + waiters + ` (queue, client_id, idle) VALUES ($1, $2, $3)
+ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`,
+		// A missing row (crash recovery empties the unlogged table) comes
+		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
+		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
+ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
+		dropWaiters:  `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
+		pruneWaiters: `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
 
 		cancel: `
 WITH j AS (
@@ -185,6 +200,12 @@ WITH j AS (
 )
 SELECT id, (SELECT count(*) FROM wake) FROM j`,
 	}
+}
+
+func newClientID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Enqueue enqueues one job in its own transaction.

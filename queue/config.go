@@ -59,6 +59,15 @@ type Config struct {
 	// Backoff returns the delay before retry number attempt (1 after the first
 	// failure). Default DefaultBackoff: 30s, 1m, 2m, 4m, ... capped at 24h.
 	Backoff func(attempt int) time.Duration
+	// MaxBatch caps how many jobs one claim transaction takes. When handlers
+	// are fast, a worker claims several due jobs at once and runs them one
+	// after another in that transaction, each behind its own savepoint, then
+	// commits them together: far fewer commits per job. The batch is sized so
+	// its handlers take about BatchTarget; slow handlers get one job per
+	// claim. Default 32; 1 claims one job at a time.
+	MaxBatch int
+	// BatchTarget is the handler time a batch aims for. Default 2ms.
+	BatchTarget time.Duration
 	// MaxAttempts is the default NewJob.MaxAttempts. Default 5.
 	MaxAttempts int
 	// MaxPayloadBytes rejects larger payloads at enqueue. Default 1 MiB.
@@ -120,6 +129,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 32
+	}
+	if c.BatchTarget == 0 {
+		c.BatchTarget = 2 * time.Millisecond
+	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
@@ -176,6 +191,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("%w: MaxAttempts: %w (got %d)", ErrInvalidConfig, ErrInvalidMaxAttempts, c.MaxAttempts)
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 1000 {
+		return bad("MaxBatch %d is outside 1..1000", c.MaxBatch)
+	}
+	if c.BatchTarget < 0 {
+		return bad("BatchTarget %s is negative", c.BatchTarget)
 	}
 	if c.MaxPayloadBytes < 2 {
 		return bad("MaxPayloadBytes %d is below 2", c.MaxPayloadBytes)

@@ -171,7 +171,7 @@ func TestGracefulShutdownLetsHandlersFinish(t *testing.T) {
 		})},
 	})
 	schema = e.schema
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.c.Run(ctx) }()
@@ -220,7 +220,7 @@ func TestShutdownDeadlineCancelsHandlersAndKeepsJobs(t *testing.T) {
 		})},
 	})
 	schema = e.schema
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"))
 	for range 3 {
 		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "stuck"})
 		require.NoError(t, err)

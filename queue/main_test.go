@@ -162,8 +162,12 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 		state    string
 		attempts int
 	}
+	// One snapshot for both tables: workers may still be running.
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
 	fromJobs := map[int64]st{}
-	rows, err := pool.Query(ctx, `SELECT id, state, attempts FROM `+sqlident.Quote(schema, "jobs"))
+	rows, err := tx.Query(ctx, `SELECT id, state, attempts FROM `+sqlident.Quote(schema, "jobs"))
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64
@@ -174,7 +178,7 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 	require.NoError(t, rows.Err())
 
 	fromEvents := map[int64]st{}
-	rows, err = pool.Query(ctx, `SELECT job_id, type, attempt FROM `+sqlident.Quote(schema, "events")+` ORDER BY id`)
+	rows, err = tx.Query(ctx, `SELECT job_id, type, attempt FROM `+sqlident.Quote(schema, "events")+` ORDER BY id`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64

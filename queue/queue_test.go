@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/pgwake/pgwake/notify"
 	"github.com/pgwake/pgwake/queue"
@@ -280,6 +281,7 @@ func TestPanicTimeoutAndUnknownKindFailTheAttempt(t *testing.T) {
 		PollInterval: time.Minute,
 		Backoff:      func(int) time.Duration { return time.Hour },
 		KindTimeouts: map[string]time.Duration{"slow": 200 * time.Millisecond},
+		Logger:       zaptest.NewLogger(t),
 		Handlers: map[string]queue.Handler{
 			"panic": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 				var m map[string]int
@@ -385,7 +387,7 @@ func TestUniqueKey(t *testing.T) {
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
 
-func TestEnqueueManyOneNotifyPerQueue(t *testing.T) {
+func TestEnqueueManyOneNotifyPerQueueOnlyWhenAWorkerWaits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, queue.Config{})
 	ctx := context.Background()
@@ -405,6 +407,41 @@ func TestEnqueueManyOneNotifyPerQueue(t *testing.T) {
 		}
 		jobs = append(jobs, j)
 	}
+	// Notifications up to a marker sent after the batch (they arrive in
+	// commit order).
+	received := func() []string {
+		_, err := e.pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, ch)
+		require.NoError(t, err)
+		var got []string
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err)
+			if n.Payload == "marker" {
+				return got
+			}
+			got = append(got, n.Payload)
+		}
+	}
+
+	// No worker is waiting: no NOTIFY at all (it would only slow commits).
+	_, err = e.c.EnqueueMany(ctx, jobs[:30])
+	require.NoError(t, err)
+	require.Empty(t, received())
+
+	// Workers asleep on a, b and c: one NOTIFY per queue per batch.
+	w := newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"a": {}, "b": {}, "c": {}},
+		PollInterval: time.Minute,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return nil
+		})},
+	})
+	w.run()
+	waitFor(t, 20*time.Second, "workers asleep", func() bool {
+		return e.countSQL(`SELECT count(*) FROM `+e.table("waiters")+` WHERE idle`) == 3
+	})
 	res, err := e.c.EnqueueMany(ctx, jobs)
 	require.NoError(t, err)
 	require.Len(t, res, 300)
@@ -413,20 +450,7 @@ func TestEnqueueManyOneNotifyPerQueue(t *testing.T) {
 		require.False(t, seen[r.ID])
 		seen[r.ID] = true
 	}
-	// A marker after the batch: notifications arrive in commit order.
-	_, err = e.pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, ch)
-	require.NoError(t, err)
-	var got []string
-	for {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
-		require.NoError(t, err)
-		if n.Payload == "marker" {
-			break
-		}
-		got = append(got, n.Payload)
-	}
+	got := received()
 	require.Len(t, got, 3, "one notification per queue: %v", got)
 	byQueue := map[string]string{}
 	for _, p := range got {
@@ -436,8 +460,58 @@ func TestEnqueueManyOneNotifyPerQueue(t *testing.T) {
 	require.Equal(t, "", byQueue["a"])
 	require.Equal(t, "", byQueue["b"])
 	require.NotEmpty(t, byQueue["c"], "delayed queue's wake-up carries the delay")
-	require.Equal(t, 300, e.count(`true`))
+	require.Equal(t, 330, e.count(`true`))
 	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// Producers skip NOTIFY unless a worker sleeps; the sleep protocol must never
+// strand a job until the poll: every job here runs with a one-hour poll.
+func TestNoLostWakeUpsUnderConcurrentProducers(t *testing.T) {
+	t.Parallel()
+	var schema string
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		PollInterval: time.Hour,
+		Handlers: map[string]queue.Handler{"effect": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return effect(ctx, tx, schema, j)
+		})},
+	})
+	schema = e.schema
+	e.run()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var ids []int64
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for i := range 150 {
+				var r queue.EnqueueResult
+				var err error
+				if i%3 == 0 {
+					// In a caller's transaction that stays open a little.
+					tx, terr := e.pool.Begin(ctx)
+					require.NoError(t, terr)
+					r, err = e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "effect"})
+					require.NoError(t, err)
+					time.Sleep(time.Duration(p) * time.Millisecond)
+					require.NoError(t, tx.Commit(ctx))
+				} else {
+					r, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "effect"})
+					require.NoError(t, err)
+				}
+				mu.Lock()
+				ids = append(ids, r.ID)
+				mu.Unlock()
+				if i%10 == 0 {
+					time.Sleep(time.Duration(i%7) * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, 60*time.Second, "all jobs done", func() bool { return e.count(`state = 'succeeded'`) == len(ids) })
+	e.requireExactlyOnce(ids)
+	require.Zero(t, e.metric("pgwake_worker_claims_total", map[string]string{"source": "poll"}))
 }
 
 func TestBadInputIsRejectedBeforeWriting(t *testing.T) {

@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/notify"
 )
 
@@ -27,6 +29,7 @@ const (
 	sourceScheduled = "scheduled" // the timer of a known delayed job fired
 	sourcePoll      = "poll"      // the poll interval ran out
 	sourceBusy      = "busy"      // the previous look found a job
+	sourceReleased  = "released"  // a claim transaction of ours rolled back
 )
 
 // Run works the configured queues until ctx is cancelled, then stops
@@ -68,7 +71,9 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	defer unsubscribe()
 
-	c.log.Info("workers starting", zap.Int("queues", len(c.loops)))
+	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
+	bg.Go(func() { c.heartbeat(lctx) })
+	defer c.dropWaiters()
 	var loops sync.WaitGroup
 	for _, l := range c.loops {
 		loops.Go(func() { l.dispatch(ctx, hardCtx) })
@@ -94,6 +99,39 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	c.log.Info("workers stopped")
 	return nil
+}
+
+// heartbeat keeps this client's waiter rows fresh (producers ignore rows
+// older than 90s, so a killed process stops drawing NOTIFYs) and prunes the
+// rows of clients long gone.
+func (c *Client) heartbeat(ctx context.Context) {
+	queues := make([]string, 0, len(c.loops))
+	for q := range c.loops {
+		queues = append(queues, q)
+	}
+	t := time.NewTicker(20 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.pool.Exec(ctx, c.sql.heartbeat, queues, c.id); err != nil && ctx.Err() == nil {
+			c.log.Warn("waiter heartbeat failed", zap.Error(err))
+		}
+		if _, err := c.pool.Exec(ctx, c.sql.pruneWaiters); err != nil && ctx.Err() == nil {
+			c.log.Warn("pruning waiters failed", zap.Error(err))
+		}
+	}
+}
+
+func (c *Client) dropWaiters() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.pool.Exec(ctx, c.sql.dropWaiters, c.id); err != nil {
+		c.log.Warn("could not remove waiter rows; they expire in 90s", zap.Error(err))
+	}
 }
 
 // onNotify routes a wake-up to the loop of its queue. It runs on the
@@ -138,6 +176,9 @@ type queueLoop struct {
 	now    string    // source of a pending "look now" wake-up, "" if none
 	hintAt time.Time // earliest delayed job we heard of
 
+	// avgNanos is a moving average of handler run time, for the batch size.
+	avgNanos atomic.Int64
+
 	handlers sync.WaitGroup
 }
 
@@ -154,7 +195,7 @@ func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
 func (l *queueLoop) wake(source string, delay time.Duration) {
 	l.mu.Lock()
 	if delay <= 0 {
-		if l.now == "" {
+		if l.now == "" || source == sourceResync {
 			l.now = source
 		}
 	} else if at := time.Now().Add(delay); l.hintAt.IsZero() || at.Before(l.hintAt) {
@@ -177,21 +218,53 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 	return src, at
 }
 
-// dispatch is the loop: take a free slot, claim a job, hand it to a handler
-// goroutine; when nothing is due, sleep until a wake-up, the earliest known
-// delayed job, or the poll interval.
+// batchSize is how many jobs the next claim takes: enough fast jobs to fill
+// about BatchTarget of handler time, one when handlers are slow or unknown.
+func (l *queueLoop) batchSize() int {
+	maxB := l.c.cfg.MaxBatch
+	if maxB <= 1 {
+		return 1
+	}
+	avg := l.avgNanos.Load()
+	if avg <= 0 {
+		return 1
+	}
+	n := int(int64(l.c.cfg.BatchTarget) / avg)
+	return max(1, min(n, maxB))
+}
+
+func (l *queueLoop) observe(d time.Duration) {
+	old := l.avgNanos.Load()
+	if old == 0 {
+		l.avgNanos.Store(int64(d))
+		return
+	}
+	l.avgNanos.Store(old + (int64(d)-old)/8)
+}
+
+// Waiter states of a loop, as last written to the waiters table.
+const (
+	waiterUnknown = iota
+	waiterBusy
+	waiterIdle
+)
+
+// dispatch is the loop: take a free slot, claim jobs, hand them to a handler
+// goroutine; when nothing is due, mark the queue as waited on and sleep until
+// a wake-up, the earliest known delayed job, or the poll interval.
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 	log := l.c.log.Named("worker").With(zap.String("queue", l.queue))
 	source := sourceStart
 	var nextAt time.Time // earliest future run_after known
 	errBackoff := 100 * time.Millisecond
+	waiter := waiterUnknown
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case l.slots <- struct{}{}:
 		}
-		cl, next, err := l.c.claim(ctx, l.queue)
+		batch, next, err := l.c.claim(ctx, l.queue, l.batchSize())
 		if err != nil {
 			<-l.slots
 			if ctx.Err() != nil {
@@ -199,6 +272,7 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			}
 			log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", errBackoff))
 			l.c.metrics.claimErrors.WithLabelValues(l.queue).Inc()
+			waiter = waiterUnknown
 			if !sleep(ctx, errBackoff) {
 				return
 			}
@@ -206,19 +280,45 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			continue
 		}
 		errBackoff = 100 * time.Millisecond
-		if cl != nil {
-			l.c.metrics.claims.WithLabelValues(l.queue, source).Inc()
+		if batch != nil {
+			l.c.metrics.claims.WithLabelValues(l.queue, source).Add(float64(len(batch.jobs)))
 			source = sourceBusy
 			l.handlers.Add(1)
 			go func() {
 				defer l.handlers.Done()
 				defer func() { <-l.slots }()
-				l.c.work(hardCtx, cl, l)
+				l.c.runBatch(hardCtx, batch, l)
 			}()
+			if waiter != waiterBusy {
+				// Producers need not wake us while we are busy.
+				if l.c.setWaiter(ctx, l.queue, false) == nil {
+					waiter = waiterBusy
+				} else {
+					waiter = waiterUnknown
+				}
+			}
 			continue
 		}
 		<-l.slots
 		nextAt = next
+		if waiter != waiterIdle {
+			// Going to sleep: say so, wait out producers that looked before
+			// we did, and look once more.
+			confirmed, err := l.c.goIdle(ctx, l.queue)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn("could not mark the queue as waited on", zap.Error(err))
+			}
+			if confirmed {
+				waiter = waiterIdle
+			} else {
+				waiter = waiterUnknown
+			}
+			source = sourceBusy
+			continue
+		}
 		// Nothing due: wait.
 		for {
 			src, hint := l.takeWake()
@@ -227,6 +327,10 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			}
 			if src != "" {
 				source = src
+				if src == sourceResync {
+					// The waiters table may have been emptied by a restart.
+					waiter = waiterUnknown
+				}
 				break
 			}
 			wait, why := l.c.cfg.PollInterval, sourcePoll
@@ -269,54 +373,89 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// claimed is a job with its open claim transaction.
-type claimed struct {
-	job  Job
+// setWaiter records whether this client's loop on queue is asleep.
+func (c *Client) setWaiter(ctx context.Context, queue string, idle bool) error {
+	_, err := c.pool.Exec(ctx, c.sql.setWaiter, queue, c.id, idle)
+	if err != nil {
+		return fmt.Errorf("set waiter: %w", err)
+	}
+	return nil
+}
+
+// goIdle marks the queue as waited on, then waits out producers that may
+// have checked for waiters before the mark committed. It reports whether that
+// barrier was passed; if not, the caller must look again shortly.
+func (c *Client) goIdle(ctx context.Context, queue string) (bool, error) {
+	if err := c.setWaiter(ctx, queue, true); err != nil {
+		return false, err
+	}
+	key := sqlident.Quote(c.cfg.Schema) + "." + queue
+	delay := 500 * time.Microsecond
+	for range 6 {
+		var ok bool
+		// Never queue for the lock: a waiting exclusive request would stall
+		// every producer behind it.
+		if err := c.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
+			return false, fmt.Errorf("idle barrier: %w", err)
+		}
+		if ok {
+			return true, nil
+		}
+		if !sleep(ctx, delay) {
+			return false, ctx.Err()
+		}
+		delay *= 2
+	}
+	return false, nil
+}
+
+// batch is claimed jobs with their open claim transaction.
+type batch struct {
 	tx   pgx.Tx
+	jobs []claimedJob
+}
+
+type claimedJob struct {
+	job  Job
 	wait time.Duration // from due to claim
 }
 
-const handlerSavepoint = "pgwake_handler"
-
-// claim begins a transaction and locks the next due job of queue. With no job
+// claim begins a transaction and locks up to n due jobs of queue. With no job
 // due it returns nil and the time of the queue's earliest delayed job (zero
 // if none).
-func (c *Client) claim(ctx context.Context, queue string) (*claimed, time.Time, error) {
+func (c *Client) claim(ctx context.Context, queue string, n int) (*batch, time.Time, error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("begin claim: %w", err)
 	}
-	// Claim and take the savepoint that handler failures roll back to, in
-	// one round trip.
-	b := &pgx.Batch{}
-	var cl claimed
-	var found bool
-	var waitSec float64
-	b.Queue(c.sql.claim, queue).QueryRow(func(row pgx.Row) error {
-		j := &cl.job
-		var prio int16
-		var attempts, maxAttempts int32
-		err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
-			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		found = true
-		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
-		return nil
-	})
-	b.Queue("SAVEPOINT " + handlerSavepoint)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	rows, err := tx.Query(ctx, c.sql.claim, queue, n)
+	if err != nil {
 		rollback(tx)
 		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
 	}
-	if found {
-		cl.tx = tx
-		cl.wait = time.Duration(waitSec * float64(time.Second))
-		return &cl, time.Time{}, nil
+	b := &batch{tx: tx}
+	for rows.Next() {
+		var cj claimedJob
+		j := &cj.job
+		var prio int16
+		var attempts, maxAttempts int32
+		var waitSec float64
+		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
+			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec); err != nil {
+			rows.Close()
+			rollback(tx)
+			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+		}
+		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
+		cj.wait = time.Duration(waitSec * float64(time.Second))
+		b.jobs = append(b.jobs, cj)
+	}
+	if err := rows.Err(); err != nil {
+		rollback(tx)
+		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	}
+	if len(b.jobs) > 0 {
+		return b, time.Time{}, nil
 	}
 	var ms *float64
 	err = tx.QueryRow(ctx, c.sql.next, queue).Scan(&ms)
@@ -340,13 +479,6 @@ func rollback(tx pgx.Tx) {
 // transaction.
 var ErrTxOwned = errors.New("queue: the claim transaction belongs to pgwake; return from the handler instead of committing or rolling back")
 
-// handlerTx is the claim transaction as a handler sees it: everything but
-// Commit and Rollback.
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return ErrTxOwned }
-func (handlerTx) Rollback(context.Context) error { return ErrTxOwned }
-
 // PanicError is the error of an attempt whose handler panicked.
 type PanicError struct {
 	Value any
@@ -358,56 +490,125 @@ func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v\n
 // ErrJobTimeout is wrapped by the error of an attempt that ran out of time.
 var ErrJobTimeout = errors.New("job timed out")
 
-// work runs one claimed job to the end of its attempt and records the outcome.
-func (c *Client) work(hardCtx context.Context, cl *claimed, l *queueLoop) {
-	j := &cl.job
-	log := c.log.Named("worker").With(zap.Int64("job_id", j.ID), zap.String("queue", j.Queue),
-		zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt))
-	c.metrics.wait.WithLabelValues(j.Queue).Observe(cl.wait.Seconds())
-
-	start := time.Now()
-	herr := c.runHandler(hardCtx, cl)
-	dur := time.Since(start)
-
-	// Our own statements get a fresh deadline, but stop on hard shutdown.
-	octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
-	defer cancel()
-
-	if herr == nil {
-		err := c.complete(octx, cl)
+// runBatch runs the jobs of one claim transaction one after another, each
+// handler's writes behind its own savepoint, records failures in the same
+// transaction, marks the rest succeeded and commits.
+func (c *Client) runBatch(hardCtx context.Context, b *batch, l *queueLoop) {
+	log := c.log.Named("worker")
+	type done struct {
+		j   *Job
+		dur time.Duration
+	}
+	var succeeded []done
+	var ids []int64
+	type failed struct {
+		j     *Job
+		dur   time.Duration
+		err   error
+		state string
+		in    time.Duration
+	}
+	var fails []failed
+	broken := false
+	for i := range b.jobs {
+		cj := &b.jobs[i]
+		j := &cj.job
+		if hardCtx.Err() != nil {
+			// Hard shutdown: everything in this transaction rolls back and
+			// stays pending.
+			broken = true
+			break
+		}
+		c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
+		jtx := &jobTx{tx: b.tx}
+		start := time.Now()
+		herr := c.runHandler(hardCtx, jtx, j)
+		dur := time.Since(start)
+		l.observe(dur)
+		if herr == nil {
+			succeeded = append(succeeded, done{j, dur})
+			ids = append(ids, j.ID)
+			continue
+		}
+		octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
+		state, in, err := c.failInTx(octx, b.tx, jtx.savepoint, j, herr)
+		cancel()
+		if err != nil {
+			// The transaction is unusable (a timeout broke the connection,
+			// say): record this failure on its own; the rest of the batch
+			// rolls back and will be claimed again.
+			rollback(b.tx)
+			broken = true
+			octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
+			state, in, err = c.failFollowUp(octx, j, herr)
+			cancel()
+			if err != nil {
+				log.Error("could not record a failed attempt; the job will run again", zap.Int64("job_id", j.ID),
+					zap.String("queue", j.Queue), zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt),
+					zap.Error(err), zap.NamedError("job_error", herr))
+				c.metrics.observe(j, outcomeCommitError, dur)
+			} else {
+				c.reportFailure(l, j, herr, dur, state, in)
+			}
+			break
+		}
+		fails = append(fails, failed{j, dur, herr, state, in})
+	}
+	if !broken {
+		octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
+		err := c.complete(octx, b.tx, ids)
+		cancel()
 		if err == nil {
-			c.metrics.observe(j, outcomeSucceeded, dur)
-			log.Debug("job succeeded", zap.Duration("duration", dur))
+			for _, d := range succeeded {
+				c.metrics.observe(d.j, outcomeSucceeded, d.dur)
+				if ce := log.Check(zap.DebugLevel, "job succeeded"); ce != nil {
+					ce.Write(zap.Int64("job_id", d.j.ID), zap.String("queue", d.j.Queue), zap.String("kind", d.j.Kind),
+						zap.Int("attempt", d.j.Attempt), zap.Duration("duration", d.dur))
+				}
+			}
+			for _, f := range fails {
+				c.reportFailure(l, f.j, f.err, f.dur, f.state, f.in)
+			}
 			return
 		}
-		// The job stays pending and will run again: at-least-once.
-		log.Warn("could not commit a successful job; it will run again", zap.Error(err), zap.Duration("duration", dur))
-		c.metrics.observe(j, outcomeCommitError, dur)
+		log.Warn("could not commit a claim transaction; its jobs will run again", zap.Error(err), zap.Int("jobs", len(b.jobs)))
+		l.wake(sourceReleased, 0)
+		for _, d := range succeeded {
+			c.metrics.observe(d.j, outcomeCommitError, d.dur)
+		}
+		for _, f := range fails {
+			c.metrics.observe(f.j, outcomeCommitError, f.dur)
+		}
 		return
 	}
-	state, retryIn, err := c.recordFailure(octx, cl, herr)
-	if err != nil {
-		log.Error("could not record a failed attempt; the job will run again", zap.Error(err), zap.NamedError("job_error", herr))
-		c.metrics.observe(j, outcomeCommitError, dur)
-		return
+	rollback(b.tx)
+	for _, d := range succeeded {
+		c.metrics.observe(d.j, outcomeCommitError, d.dur)
 	}
+	// Jobs of this batch went back to pending: look for them again.
+	l.wake(sourceReleased, 0)
+}
+
+func (c *Client) reportFailure(l *queueLoop, j *Job, herr error, dur time.Duration, state string, retryIn time.Duration) {
+	log := c.log.Named("worker")
+	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("queue", j.Queue), zap.String("kind", j.Kind),
+		zap.Int("attempt", j.Attempt), zap.Error(herr), zap.Duration("duration", dur)}
 	switch state {
 	case StateFailed:
 		c.metrics.observe(j, outcomeFailed, dur)
-		log.Warn("job failed for good", zap.Error(herr), zap.Duration("duration", dur))
+		log.Warn("job failed for good", fields...)
 	case StatePending:
 		c.metrics.observe(j, outcomeRetry, dur)
-		log.Info("job attempt failed, retry scheduled", zap.Error(herr), zap.Duration("duration", dur), zap.Duration("retry_in", retryIn))
+		log.Info("job attempt failed, retry scheduled", append(fields, zap.Duration("retry_in", retryIn))...)
 		l.wake(sourceScheduled, max(retryIn, time.Millisecond))
 	default:
-		// Someone else recorded this attempt first (the job was claimed again
-		// after our connection dropped); nothing to do.
-		log.Info("failed attempt was already superseded", zap.Error(herr))
+		// Someone else recorded this attempt first (the job was claimed
+		// again after our connection dropped); nothing to do.
+		log.Info("failed attempt was already superseded", fields...)
 	}
 }
 
-func (c *Client) runHandler(hardCtx context.Context, cl *claimed) (err error) {
-	j := &cl.job
+func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err error) {
 	h, ok := c.cfg.Handlers[j.Kind]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownKind, j.Kind)
@@ -424,7 +625,7 @@ func (c *Client) runHandler(hardCtx context.Context, cl *claimed) (err error) {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
 		}
 	}()
-	err = h.Handle(ctx, handlerTx{cl.tx}, j)
+	err = h.Handle(ctx, tx, j)
 	if err == nil && ctx.Err() != nil {
 		// The handler ignored its deadline; its statements may not have run.
 		err = context.Cause(ctx)
@@ -435,51 +636,46 @@ func (c *Client) runHandler(hardCtx context.Context, cl *claimed) (err error) {
 	return err
 }
 
-// complete marks the job succeeded in the claim transaction and commits.
-func (c *Client) complete(ctx context.Context, cl *claimed) error {
-	if _, err := cl.tx.Exec(ctx, c.sql.succeed, cl.job.ID); err != nil {
-		rollback(cl.tx)
-		return fmt.Errorf("mark succeeded: %w", err)
+// complete marks jobs succeeded in the claim transaction and commits.
+func (c *Client) complete(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, c.sql.succeed, ids); err != nil {
+			rollback(tx)
+			return fmt.Errorf("mark succeeded: %w", err)
+		}
 	}
-	if err := cl.tx.Commit(ctx); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
 
-// recordFailure rolls back the handler's writes and records the failed
-// attempt: in the claim transaction when its connection is healthy (the job
-// stays locked throughout), else in a follow-up transaction. It returns the
-// job's new state ("" if the attempt was recorded by someone else) and the
-// delay until the retry.
-func (c *Client) recordFailure(ctx context.Context, cl *claimed, herr error) (string, time.Duration, error) {
+func (c *Client) failArgs(j *Job, herr error) []any {
 	msg := truncateError(herr.Error(), c.cfg.MaxErrorBytes)
-	backoff := c.cfg.Backoff(cl.job.Attempt)
-	prevAttempts := int32(cl.job.Attempt - 1)
-	args := []any{cl.job.ID, prevAttempts, msg, backoff.Microseconds(), c.channel}
+	backoff := c.cfg.Backoff(j.Attempt)
+	return []any{j.ID, int32(j.Attempt - 1), msg, backoff.Microseconds(), c.channel}
+}
 
-	if _, err := cl.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+handlerSavepoint); err == nil {
-		state, in, err := c.execFail(ctx, cl.tx, args)
-		if err == nil {
-			if err = cl.tx.Commit(ctx); err == nil {
-				return state, in, nil
-			}
-		} else {
-			rollback(cl.tx)
-		}
-		if ctx.Err() != nil {
+// failInTx rolls back the handler's writes (if it made any) and records the
+// failed attempt in the claim transaction, which keeps the job locked.
+func (c *Client) failInTx(ctx context.Context, tx pgx.Tx, savepoint bool, j *Job, herr error) (string, time.Duration, error) {
+	if savepoint {
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+jobSavepoint); err != nil {
 			return "", 0, err
 		}
-	} else {
-		rollback(cl.tx)
 	}
-	// Follow-up transaction. The lock waits for anyone who claimed the job
-	// meanwhile; the attempts check drops our record if they moved it on.
+	return c.execFail(ctx, tx, c.failArgs(j, herr))
+}
+
+// failFollowUp records a failed attempt in a transaction of its own, after
+// the claim transaction was lost. The row lock waits for anyone who claimed
+// the job meanwhile; the attempts check drops our record if they moved on.
+func (c *Client) failFollowUp(ctx context.Context, j *Job, herr error) (string, time.Duration, error) {
 	var state string
 	var in time.Duration
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		state, in, err = c.execFail(ctx, tx, args)
+		state, in, err = c.execFail(ctx, tx, c.failArgs(j, herr))
 		return err
 	})
 	return state, in, err

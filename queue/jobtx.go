@@ -1,0 +1,138 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// jobSavepoint is the savepoint a handler's writes roll back to on failure.
+const jobSavepoint = "pgwake_job"
+
+// jobTx is the claim transaction as one handler sees it. The first use takes
+// a savepoint, so a failure rolls back this handler's writes and nothing else
+// of the batch; a handler that never touches the transaction costs no round
+// trip. Commit and Rollback belong to pgwake.
+type jobTx struct {
+	tx        pgx.Tx
+	savepoint bool
+}
+
+var _ pgx.Tx = (*jobTx)(nil)
+
+func (t *jobTx) ensure(ctx context.Context) error {
+	if t.savepoint {
+		return nil
+	}
+	if _, err := t.tx.Exec(ctx, "SAVEPOINT "+jobSavepoint); err != nil {
+		return err
+	}
+	t.savepoint = true
+	return nil
+}
+
+// Begin starts a pseudo nested transaction (a savepoint).
+func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Begin(ctx)
+}
+
+// Commit returns ErrTxOwned: return from the handler instead.
+func (t *jobTx) Commit(context.Context) error { return ErrTxOwned }
+
+// Rollback returns ErrTxOwned: return an error from the handler instead.
+func (t *jobTx) Rollback(context.Context) error { return ErrTxOwned }
+
+// CopyFrom runs COPY FROM in the claim transaction.
+func (t *jobTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return t.tx.CopyFrom(ctx, table, cols, src)
+}
+
+// SendBatch sends a batch in the claim transaction.
+func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.ensure(ctx); err != nil {
+		return errBatch{err}
+	}
+	return t.tx.SendBatch(ctx, b)
+}
+
+// LargeObjects gives access to large objects in the claim transaction.
+func (t *jobTx) LargeObjects() pgx.LargeObjects {
+	_ = t.ensure(context.Background())
+	return t.tx.LargeObjects()
+}
+
+// Prepare prepares a statement on the claim transaction's connection.
+func (t *jobTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.tx.Prepare(ctx, name, sql)
+}
+
+// Exec runs sql in the claim transaction. The first statement of a handler
+// is sent together with its savepoint, in one round trip.
+func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.savepoint {
+		return t.tx.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + jobSavepoint)
+	q := b.Queue(sql, args...)
+	var tag pgconn.CommandTag
+	q.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	br := t.tx.SendBatch(ctx, b)
+	// The savepoint is the batch's first statement; once the batch was sent
+	// it exists unless the batch failed before it ran.
+	_, spErr := br.Exec()
+	if spErr == nil {
+		t.savepoint = true
+	}
+	if spErr != nil {
+		_ = br.Close()
+		return tag, spErr
+	}
+	_, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Query runs sql in the claim transaction.
+func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the claim transaction.
+func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.ensure(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+// Conn returns the claim transaction's connection. Writes made on it directly
+// are part of the transaction too, so this takes the savepoint first.
+func (t *jobTx) Conn() *pgx.Conn {
+	_ = t.ensure(context.Background())
+	return t.tx.Conn()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) Close() error                     { return b.err }
+func (b errBatch) Tx() pgx.Tx                       { return nil }
