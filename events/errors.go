@@ -1,0 +1,57 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrWalLevel is returned when the server's wal_level is not logical.
+var ErrWalLevel = errors.New("logical replication needs wal_level = logical")
+
+// ErrNoReplicationPrivilege is returned when the replication connection's
+// role has neither the REPLICATION attribute nor superuser.
+var ErrNoReplicationPrivilege = errors.New("the role lacks the REPLICATION privilege")
+
+// ErrPublication is returned when the publication is missing and cannot be
+// created, or does not cover the events table.
+var ErrPublication = errors.New("publication on the events table unusable")
+
+// ErrSlot is returned when the named slot exists but cannot be used by this
+// stream (another plugin, another database).
+var ErrSlot = errors.New("replication slot unusable")
+
+// ErrNotMigrated is returned when <schema>.events does not exist.
+var ErrNotMigrated = errors.New("events table missing: run the migrations first")
+
+// fatal marks errors a reconnect cannot fix; Run returns them.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+func (f fatal) Unwrap() error { return f.err }
+
+func isFatal(err error) bool {
+	var f fatal
+	return errors.As(err, &f)
+}
+
+func walLevelError(level string) error {
+	return fatal{fmt.Errorf("%w: the server has wal_level = %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL (also check max_replication_slots and max_wal_senders > 0)", ErrWalLevel, level)}
+}
+
+// classify turns known server errors into the package's typed errors.
+func classify(err error, user string) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case pgErr.Code == "42501" && (strings.Contains(pgErr.Message, "replication") || strings.Contains(pgErr.Message, "walsender")):
+		return fatal{fmt.Errorf("%w: role %q: %s; grant it with ALTER ROLE %s REPLICATION (as a superuser): %w", ErrNoReplicationPrivilege, user, pgErr.Message, user, err)}
+	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
+		return fatal{fmt.Errorf("%w: %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL: %w", ErrWalLevel, pgErr.Message, err)}
+	}
+	return err
+}

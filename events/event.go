@@ -1,0 +1,157 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// Version is the version of the JSON encoding Encode writes (field "v").
+const Version = 1
+
+// Event types. They are the values of queue.Event*; new types may be added
+// without a version change, so consumers must accept unknown types.
+const (
+	TypeEnqueued       = queue.EventEnqueued
+	TypeSucceeded      = queue.EventSucceeded
+	TypeRetryScheduled = queue.EventRetryScheduled
+	TypeFailed         = queue.EventFailed
+	TypeCancelled      = queue.EventCancelled
+	TypeRetried        = queue.EventRetried
+)
+
+// Event is one row of the event log: a job's state change.
+type Event struct {
+	// ID is the event's id, unique per schema and increasing per job (in
+	// commit order for one job). Across jobs, id order is not commit order.
+	ID int64
+	// JobID is the job the event is about.
+	JobID int64
+	// Type is what happened (Type* constants).
+	Type string
+	// Queue and Kind are the job's queue and kind.
+	Queue string
+	Kind  string
+	// Attempt is the job's number of finished attempts after the change
+	// (0 for enqueued).
+	Attempt int
+	// At is when the change was written.
+	At time.Time
+	// Error is the attempt's error text (retry_scheduled, failed).
+	Error string
+	// RunAfter is when the job is due next (enqueued, retry_scheduled,
+	// retried); nil when the event has none.
+	RunAfter *time.Time
+}
+
+// wire is the JSON shape of version 1.
+type wire struct {
+	V        int        `json:"v"`
+	ID       int64      `json:"id"`
+	JobID    int64      `json:"job_id"`
+	Type     string     `json:"type"`
+	Queue    string     `json:"queue"`
+	Kind     string     `json:"kind"`
+	Attempt  int        `json:"attempt"`
+	At       time.Time  `json:"at"`
+	Error    string     `json:"error,omitempty"`
+	RunAfter *time.Time `json:"run_after,omitempty"`
+}
+
+// ErrDecode is wrapped by every error Decode returns.
+var ErrDecode = errors.New("events: cannot decode event")
+
+// ErrUnsupportedVersion is wrapped by Decode's error for a "v" other than 1.
+var ErrUnsupportedVersion = errors.New("unsupported event encoding version")
+
+// Encode returns the event's version 1 JSON encoding (docs/events.md).
+// Times are written in UTC with nanosecond precision.
+func Encode(e Event) ([]byte, error) {
+	w := wire{V: Version, ID: e.ID, JobID: e.JobID, Type: e.Type, Queue: e.Queue, Kind: e.Kind,
+		Attempt: e.Attempt, At: e.At.UTC(), Error: e.Error}
+	if e.RunAfter != nil {
+		ra := e.RunAfter.UTC()
+		w.RunAfter = &ra
+	}
+	return json.Marshal(w)
+}
+
+// MarshalJSON encodes e as Encode does.
+func (e Event) MarshalJSON() ([]byte, error) { return Encode(e) }
+
+// UnmarshalJSON decodes as Decode does.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	d, err := Decode(b)
+	if err != nil {
+		return err
+	}
+	*e = d
+	return nil
+}
+
+// Decode parses one encoded event. It accepts unknown fields (later minor
+// additions) and unknown types, and rejects a missing or different "v",
+// a missing id, job_id, type or at, and trailing data.
+func Decode(b []byte) (Event, error) {
+	var w struct {
+		wire
+		V *int `json:"v"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&w); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if dec.More() {
+		return Event{}, fmt.Errorf("%w: trailing data after the event", ErrDecode)
+	}
+	switch {
+	case w.V == nil:
+		return Event{}, fmt.Errorf("%w: no version field \"v\"", ErrDecode)
+	case *w.V != Version:
+		return Event{}, fmt.Errorf("%w: %w %d (this decoder reads %d)", ErrDecode, ErrUnsupportedVersion, *w.V, Version)
+	case w.ID <= 0:
+		return Event{}, fmt.Errorf("%w: id must be positive, got %d", ErrDecode, w.ID)
+	case w.JobID <= 0:
+		return Event{}, fmt.Errorf("%w: job_id must be positive, got %d", ErrDecode, w.JobID)
+	case w.Type == "":
+		return Event{}, fmt.Errorf("%w: type is empty", ErrDecode)
+	case w.At.IsZero():
+		return Event{}, fmt.Errorf("%w: at is missing", ErrDecode)
+	case w.Attempt < 0:
+		return Event{}, fmt.Errorf("%w: attempt must not be negative, got %d", ErrDecode, w.Attempt)
+	}
+	e := Event{ID: w.ID, JobID: w.JobID, Type: w.Type, Queue: w.Queue, Kind: w.Kind,
+		Attempt: w.Attempt, At: w.At.UTC(), Error: w.Error}
+	if w.RunAfter != nil {
+		ra := w.RunAfter.UTC()
+		e.RunAfter = &ra
+	}
+	return e, nil
+}
+
+// data is the shape of the events.data column.
+type data struct {
+	Error    string     `json:"error"`
+	RunAfter *time.Time `json:"run_after"`
+}
+
+// setData fills Error and RunAfter from the events.data jsonb text.
+func (e *Event) setData(raw []byte) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var d data
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("events: event %d: data column: %w", e.ID, err)
+	}
+	e.Error = d.Error
+	if d.RunAfter != nil {
+		ra := d.RunAfter.UTC()
+		e.RunAfter = &ra
+	}
+	return nil
+}

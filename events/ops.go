@@ -1,0 +1,213 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+)
+
+// SlotInfo describes a logical replication slot.
+type SlotInfo struct {
+	// Name, Plugin and Database of the slot.
+	Name, Plugin, Database string
+	// Temporary slots vanish with their connection.
+	Temporary bool
+	// Active is true while a consumer is connected; ActivePID is its
+	// walsender's process id.
+	Active    bool
+	ActivePID int
+	// ConfirmedFlush is where the slot resumes: everything committed before
+	// it was acknowledged.
+	ConfirmedFlush pglogrepl.LSN
+	// LagBytes is the WAL the slot retains beyond ConfirmedFlush
+	// (pg_current_wal_lsn() - confirmed_flush_lsn).
+	LagBytes int64
+	// WALStatus is pg_replication_slots.wal_status (reserved, extended,
+	// unreserved, lost).
+	WALStatus string
+}
+
+const slotQuery = `
+SELECT slot_name, coalesce(plugin, ''), coalesce(database, ''), temporary, active, coalesce(active_pid, 0),
+	coalesce(confirmed_flush_lsn::text, '0/0'),
+	coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+	coalesce(wal_status, '')
+FROM pg_replication_slots WHERE slot_type = 'logical'`
+
+func scanSlot(row pgx.Row) (*SlotInfo, error) {
+	var si SlotInfo
+	var lsn string
+	if err := row.Scan(&si.Name, &si.Plugin, &si.Database, &si.Temporary, &si.Active, &si.ActivePID, &lsn, &si.LagBytes, &si.WALStatus); err != nil {
+		return nil, err
+	}
+	var err error
+	if si.ConfirmedFlush, err = pglogrepl.ParseLSN(lsn); err != nil {
+		return nil, fmt.Errorf("events: slot %s: confirmed_flush_lsn %q: %w", si.Name, lsn, err)
+	}
+	return &si, nil
+}
+
+// slotInfo returns the named slot, nil if there is none.
+func slotInfo(ctx context.Context, pool *pgxpool.Pool, slot string) (*SlotInfo, error) {
+	si, err := scanSlot(pool.QueryRow(ctx, slotQuery+` AND slot_name = $1`, slot))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events: looking up slot %s: %w", slot, err)
+	}
+	return si, nil
+}
+
+// Slots lists the logical replication slots of the server, by name.
+func Slots(ctx context.Context, pool *pgxpool.Pool) ([]SlotInfo, error) {
+	rows, err := pool.Query(ctx, slotQuery+` ORDER BY slot_name`)
+	if err != nil {
+		return nil, fmt.Errorf("events: listing slots: %w", err)
+	}
+	defer rows.Close()
+	var out []SlotInfo
+	for rows.Next() {
+		si, err := scanSlot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *si)
+	}
+	return out, rows.Err()
+}
+
+// ErrSlotNotFound is returned by DropSlot for a slot that does not exist.
+var ErrSlotNotFound = errors.New("replication slot not found")
+
+// ErrSlotActive is returned by DropSlot for a slot a consumer is using.
+var ErrSlotActive = errors.New("replication slot is in use")
+
+// DropSlot drops a replication slot, releasing the WAL it retains. A slot
+// in use by a running stream is refused (ErrSlotActive) unless terminate is
+// set, which ends the consumer's walsender first. After a drop, a stream
+// with that slot name starts over at the current WAL position: events
+// committed meanwhile are not streamed (Read them from the table).
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string, terminate bool) error {
+	if err := ValidateSlotName(slot); err != nil {
+		return err
+	}
+	si, err := slotInfo(ctx, pool, slot)
+	if err != nil {
+		return err
+	}
+	if si == nil {
+		return fmt.Errorf("events: %w: %q", ErrSlotNotFound, slot)
+	}
+	if si.Active && !terminate {
+		return fmt.Errorf("events: %w: %q by walsender pid %d; stop its consumer first (or terminate it)", ErrSlotActive, slot, si.ActivePID)
+	}
+	for attempt := 0; ; attempt++ {
+		if terminate {
+			if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot); err != nil {
+				return fmt.Errorf("events: terminating the consumer of slot %s: %w", slot, err)
+			}
+		}
+		_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &pgErr) && pgErr.Code == "42704":
+			return nil // dropped meanwhile (a temporary slot, or someone else)
+		case errors.As(err, &pgErr) && pgErr.Code == "55006" && terminate && attempt < 50:
+			select { // the terminated walsender is still exiting
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case errors.As(err, &pgErr) && pgErr.Code == "55006":
+			return fmt.Errorf("events: %w: %q: %v", ErrSlotActive, slot, err)
+		default:
+			return fmt.Errorf("events: dropping slot %s: %w", slot, err)
+		}
+	}
+}
+
+// DropPublication drops a publication if it exists.
+func DropPublication(ctx context.Context, pool *pgxpool.Pool, publication string) error {
+	if err := sqlident.Validate("publication name", publication, 0); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if _, err := pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+sqlident.Quote(publication)); err != nil {
+		return fmt.Errorf("events: dropping publication %s: %w", publication, err)
+	}
+	return nil
+}
+
+// lagLoop measures the slot's lag every LagInterval and warns past the
+// configured limits.
+func (s *Stream) lagLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		age := time.Duration(0)
+		if since := s.pendingSince.Load(); since != 0 {
+			age = max(time.Since(time.Unix(0, since)), 0)
+		}
+		s.m.lagSeconds.Set(age.Seconds())
+		if s.cfg.LagWarnAge > 0 && age > s.cfg.LagWarnAge {
+			s.log.Warn("event stream is behind", zap.String("slot", s.cfg.Slot), zap.Duration("age", age))
+		}
+		si, err := slotInfo(ctx, s.pool, s.cfg.Slot)
+		if err != nil || si == nil {
+			continue
+		}
+		s.m.lagBytes.Set(float64(si.LagBytes))
+		if s.cfg.LagWarnBytes > 0 && si.LagBytes > s.cfg.LagWarnBytes {
+			s.log.Warn("replication slot retains much WAL", zap.String("slot", s.cfg.Slot), zap.Int64("lag_bytes", si.LagBytes),
+				zap.String("wal_status", si.WALStatus))
+		}
+	}
+}
+
+// DeleteBefore deletes, in batches of batch rows (default 10,000), the
+// events older than cutoff whose job finished before cutoff or no longer
+// exists. Events of unfinished jobs are kept, so Verify still holds for
+// every job whose history is complete. It returns how many rows it deleted.
+func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff time.Time, batch int) (int64, error) {
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	if batch <= 0 {
+		batch = 10000
+	}
+	events, jobs := sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs")
+	q := `
+DELETE FROM ` + events + ` WHERE id IN (
+	SELECT e.id FROM ` + events + ` e
+	WHERE e.at < $1 AND NOT EXISTS (
+		SELECT 1 FROM ` + jobs + ` j WHERE j.id = e.job_id AND (j.finished_at IS NULL OR j.finished_at >= $1))
+	ORDER BY e.at LIMIT $2)`
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, q, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("events: retention delete: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package pubsub_test
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events/pubsub"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
+)
+
+// conformance hands each test of Watermill's suite its own fresh schema: the
+// constructors are called several times per test (with the same *testing.T)
+// and must share it.
+type conformance struct {
+	pool    *pgxpool.Pool
+	mu      sync.Mutex
+	schemas map[string]string // test name -> schema
+}
+
+func (c *conformance) schema(t *testing.T) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.schemas[t.Name()]; ok {
+		return s
+	}
+	s := pgtest.Schema(t)
+	_, err := migrations.Up(context.Background(), c.pool, s)
+	require.NoError(t, err)
+	c.schemas[t.Name()] = s
+	return s
+}
+
+func (c *conformance) pubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+	schema := c.schema(t)
+	pub, err := pubsub.NewPublisher(c.pool, pubsub.PublisherConfig{Schema: schema})
+	require.NoError(t, err)
+	sub, err := pubsub.NewSubscriber(c.pool, pubsub.SubscriberConfig{
+		Schema:        schema,
+		ConsumerGroup: group,
+		NackBackoff:   10 * time.Millisecond,
+		CloseTimeout:  100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	// The suite does not close every pair it makes; Close is idempotent.
+	t.Cleanup(func() {
+		_ = pub.Close()
+		_ = sub.Close()
+	})
+	return pub, sub
+}
+
+// TestWatermillConformance runs Watermill's Pub/Sub suite against PostgreSQL.
+// It is not parallel: its reconnect test restarts the database.
+func TestWatermillConformance(t *testing.T) {
+	c := &conformance{schemas: map[string]string{}}
+	c.pool = pgtest.NewPool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 100 })
+
+	features := tests.Features{
+		ConsumerGroups:      true,
+		ExactlyOnceDelivery: false, // at-least-once: a lost commit redelivers
+		// Order holds for one subscriber without Nacks only: a Nacked message
+		// is retried after newer ones, and subscribers of a group compete.
+		GuaranteedOrder:                     false,
+		GuaranteedOrderWithSingleSubscriber: false,
+		Persistent:                          true,
+		// A new consumer group gets messages published after it registered,
+		// not the topic's history.
+		NewSubscriberReceivesOldMessages: false,
+		// Keeps message counts at the suite's short values (100 instead of
+		// 5,000-10,000 per test); the reconnect test always uses 10,000.
+		ForceShort: true,
+	}
+	if cl := pgtest.Cluster(); cl != nil {
+		// The suite runs this command (in a goroutine) to restart the
+		// broker; it asks this process to restart the cluster it owns.
+		features.RestartServiceCommand = []string{"kill", "-USR1", strconv.Itoa(os.Getpid())}
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGUSR1)
+		var wg sync.WaitGroup
+		done := make(chan struct{})
+		wg.Go(func() {
+			for {
+				select {
+				case <-sigs:
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					err := cl.Restart(ctx, "fast")
+					cancel()
+					if err != nil {
+						t.Errorf("restart the test cluster: %v", err)
+					}
+				case <-done:
+					return
+				}
+			}
+		})
+		t.Cleanup(func() {
+			signal.Stop(sigs)
+			close(done)
+			wg.Wait()
+		})
+	}
+	tests.TestPubSub(t, features,
+		func(t *testing.T) (message.Publisher, message.Subscriber) { return c.pubSub(t, "") },
+		c.pubSub,
+	)
+}

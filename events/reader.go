@@ -1,0 +1,257 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.uber.org/zap"
+)
+
+// relation is a decoded RelationMessage: where each events column sits.
+type relation struct {
+	isEvents bool
+	cols     map[string]int
+}
+
+var eventColumns = []string{"id", "job_id", "type", "queue", "kind", "attempt", "at", "data"}
+
+// reader owns the replication connection: it decodes the stream, hands
+// committed transactions to the publisher and sends status updates.
+type reader struct {
+	s       *Stream
+	conn    *pgconn.PgConn
+	txns    chan<- *txn
+	pubDone <-chan error
+	rels    map[uint32]*relation
+
+	cur        *txn          // the open transaction, nil between transactions
+	handed     uint64        // transactions handed to the publisher this session
+	idle       pglogrepl.LSN // keepalive position seen between transactions
+	nextStatus time.Time
+}
+
+func (r *reader) run(ctx context.Context) error {
+	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
+	for {
+		if !time.Now().Before(r.nextStatus) {
+			if err := r.sendStatus(ctx); err != nil {
+				return err
+			}
+		}
+		select {
+		case err := <-r.pubDone:
+			return err
+		default:
+		}
+		rctx, cancel := context.WithDeadline(ctx, r.nextStatus)
+		raw, err := r.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("events: replication receive: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return classify(fmt.Errorf("events: replication: %w", pgconn.ErrorResponseToPgError(msg)), r.s.replCfg.User)
+		case *pgproto3.CopyDone:
+			return errors.New("events: the server ended the replication stream")
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			if err := r.copyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (r *reader) copyData(ctx context.Context, data []byte) error {
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("events: keepalive: %w", err)
+		}
+		if r.cur == nil && pkm.ServerWALEnd > r.idle {
+			r.idle = pkm.ServerWALEnd
+		}
+		if pkm.ReplyRequested {
+			return r.sendStatus(ctx)
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("events: XLogData: %w", err)
+		}
+		m, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("events: pgoutput message: %w", err)
+		}
+		return r.logical(ctx, m)
+	}
+	return nil
+}
+
+func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		rel := &relation{cols: map[string]int{}}
+		for i, c := range m.Columns {
+			rel.cols[c.Name] = i
+		}
+		rel.isEvents = m.Namespace == r.s.cfg.Schema && m.RelationName == "events"
+		if rel.isEvents {
+			for _, c := range eventColumns {
+				if _, ok := rel.cols[c]; !ok {
+					return fatal{fmt.Errorf("events: relation %s.events has no column %q; is the schema migrated?", m.Namespace, c)}
+				}
+			}
+		}
+		r.rels[m.RelationID] = rel
+	case *pglogrepl.BeginMessage:
+		r.cur = &txn{commitTime: m.CommitTime}
+	case *pglogrepl.InsertMessage:
+		rel := r.rels[m.RelationID]
+		if rel == nil {
+			return fmt.Errorf("events: insert into unknown relation %d (no RelationMessage)", m.RelationID)
+		}
+		if !rel.isEvents || r.cur == nil {
+			return nil
+		}
+		e, err := r.decode(rel, m.Tuple)
+		if err != nil {
+			return err
+		}
+		r.cur.events = append(r.cur.events, e)
+	case *pglogrepl.CommitMessage:
+		t := r.cur
+		r.cur = nil
+		if t == nil {
+			return nil
+		}
+		t.commitLSN, t.end, t.commitTime = m.CommitLSN, m.TransactionEndLSN, m.CommitTime
+		return r.hand(ctx, t)
+	}
+	return nil
+}
+
+// hand gives t to the publisher, keeping the connection alive with status
+// updates while the publisher is busy.
+func (r *reader) hand(ctx context.Context, t *txn) error {
+	for {
+		timer := time.NewTimer(time.Until(r.nextStatus))
+		select {
+		case r.txns <- t:
+			timer.Stop()
+			r.handed++
+			return nil
+		case <-timer.C:
+			if err := r.sendStatus(ctx); err != nil {
+				return err
+			}
+		case err := <-r.pubDone:
+			timer.Stop()
+			return err
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		}
+	}
+}
+
+// position is what may be acknowledged: the end of the last published
+// transaction, or the keepalive position when every handed transaction is
+// published and none is open.
+func (r *reader) position() pglogrepl.LSN {
+	pos := pglogrepl.LSN(r.s.published.Load())
+	if r.cur == nil && r.handed == r.s.publishedTxn.Load() && r.idle > pos {
+		pos = r.idle
+	}
+	if acked := pglogrepl.LSN(r.s.acked.Load()); acked > pos {
+		pos = acked
+	}
+	return pos
+}
+
+func (r *reader) sendStatus(ctx context.Context) error {
+	pos := r.position()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
+	if err != nil {
+		return fmt.Errorf("events: standby status update: %w", err)
+	}
+	if uint64(pos) > r.s.acked.Load() {
+		r.s.acked.Store(uint64(pos))
+		r.s.log.Debug("acknowledged", zap.String("lsn", pos.String()))
+	}
+	return nil
+}
+
+// decode turns an insert into the events table into an Event.
+func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) {
+	col := func(name string) ([]byte, error) {
+		i := rel.cols[name]
+		if tup == nil || i >= len(tup.Columns) {
+			return nil, fmt.Errorf("events: insert lacks column %q", name)
+		}
+		c := tup.Columns[i]
+		if c.DataType != pglogrepl.TupleDataTypeText {
+			return nil, fmt.Errorf("events: column %q arrived as %q, want text", name, c.DataType)
+		}
+		return c.Data, nil
+	}
+	var e Event
+	var err error
+	var b []byte
+	intCol := func(name string) int64 {
+		if err != nil {
+			return 0
+		}
+		if b, err = col(name); err != nil {
+			return 0
+		}
+		var v int64
+		v, err = strconv.ParseInt(string(b), 10, 64)
+		return v
+	}
+	strCol := func(name string) string {
+		if err != nil {
+			return ""
+		}
+		b, err = col(name)
+		return string(b)
+	}
+	e.ID = intCol("id")
+	e.JobID = intCol("job_id")
+	e.Attempt = int(intCol("attempt"))
+	e.Type = strCol("type")
+	e.Queue = strCol("queue")
+	e.Kind = strCol("kind")
+	at := strCol("at")
+	raw := strCol("data")
+	if err != nil {
+		return Event{}, err
+	}
+	var ts pgtype.Timestamptz
+	if err := r.s.types.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, []byte(at), &ts); err != nil {
+		return Event{}, fmt.Errorf("events: event %d: at %q: %w", e.ID, at, err)
+	}
+	e.At = ts.Time.UTC()
+	if err := e.setData([]byte(raw)); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}

@@ -1,0 +1,454 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+)
+
+// Metadata keys set on every published message.
+const (
+	// MetaEventID is the event id, decimal. Deduplicate on it.
+	MetaEventID = "pgwake_event_id"
+	// MetaLSN is the commit LSN of the event's transaction ("16/B374D848").
+	MetaLSN = "pgwake_lsn"
+	// MetaJobID is the job id, decimal.
+	MetaJobID = "pgwake_job_id"
+	// MetaType, MetaQueue and MetaKind repeat the event's fields for routing.
+	MetaType  = "pgwake_type"
+	MetaQueue = "pgwake_queue"
+	MetaKind  = "pgwake_kind"
+	// MetaSchema is the schema the event log lives in.
+	MetaSchema = "pgwake_schema"
+)
+
+// uuidSpace is the namespace of message UUIDs: UUIDv5 of "<schema>:<id>", so
+// a re-published event carries the same UUID.
+var uuidSpace = uuid.MustParse("6f1d3c2a-94b7-4e0c-9a51-7f2f3b8d0e41")
+
+// MessageUUID returns the Watermill message UUID of an event: a name-based
+// (SHA-1) UUID of schema and event id, the same every time it is published.
+func MessageUUID(schema string, eventID int64) string {
+	return uuid.NewSHA1(uuidSpace, []byte(schema+":"+strconv.FormatInt(eventID, 10))).String()
+}
+
+// MessageEventID returns the event id a message carries.
+func MessageEventID(msg *message.Message) (int64, error) {
+	id, err := strconv.ParseInt(msg.Metadata.Get(MetaEventID), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("events: message %s: metadata %s: %w", msg.UUID, MetaEventID, err)
+	}
+	return id, nil
+}
+
+// MessageLSN returns the commit LSN a message carries.
+func MessageLSN(msg *message.Message) (pglogrepl.LSN, error) {
+	lsn, err := pglogrepl.ParseLSN(msg.Metadata.Get(MetaLSN))
+	if err != nil {
+		return 0, fmt.Errorf("events: message %s: metadata %s: %w", msg.UUID, MetaLSN, err)
+	}
+	return lsn, nil
+}
+
+// NewMessage builds the Watermill message of an event committed at lsn
+// (Encode'd payload, UUID from MessageUUID, Meta* metadata).
+func NewMessage(schema string, e Event, lsn pglogrepl.LSN) (*message.Message, error) {
+	payload, err := Encode(e)
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(MessageUUID(schema, e.ID), payload)
+	msg.Metadata.Set(MetaEventID, strconv.FormatInt(e.ID, 10))
+	msg.Metadata.Set(MetaLSN, lsn.String())
+	msg.Metadata.Set(MetaJobID, strconv.FormatInt(e.JobID, 10))
+	msg.Metadata.Set(MetaType, e.Type)
+	msg.Metadata.Set(MetaQueue, e.Queue)
+	msg.Metadata.Set(MetaKind, e.Kind)
+	msg.Metadata.Set(MetaSchema, schema)
+	return msg, nil
+}
+
+// Stream forwards the event log to a Watermill publisher by logical
+// replication. Create it with New, run it with Run.
+type Stream struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	replCfg *pgconn.Config
+	log     *zap.Logger
+	m       *metrics
+	types   *pgtype.Map
+
+	running      atomic.Bool
+	published    atomic.Uint64 // every event up to this LSN is published
+	publishedTxn atomic.Uint64 // transactions published in this session
+	acked        atomic.Uint64 // last flush position sent to the server
+	pendingSince atomic.Int64  // commit time (unix ns) of the batch being published, 0 if none
+	sessions     atomic.Int64  // sessions that reached streaming
+}
+
+// New checks cfg and returns a Stream; it connects to nothing yet. pool is
+// used for checks, the publication, slot lookups and lag measurement.
+func New(pool *pgxpool.Pool, cfg Config) (*Stream, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var replCfg *pgconn.Config
+	if cfg.ReplConnConfig != nil {
+		replCfg = cfg.ReplConnConfig.Copy()
+	} else {
+		replCfg = pool.Config().ConnConfig.Config.Copy()
+	}
+	if replCfg.RuntimeParams == nil {
+		replCfg.RuntimeParams = map[string]string{}
+	}
+	replCfg.RuntimeParams["replication"] = "database"
+	// pgoutput renders values with the walsender's settings.
+	replCfg.RuntimeParams["timezone"] = "UTC"
+	replCfg.RuntimeParams["datestyle"] = "ISO"
+	replCfg.RuntimeParams["application_name"] = "pgwake_events_" + cfg.Slot
+	m, err := newMetrics(cfg.Registerer, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{pool: pool, cfg: cfg, replCfg: replCfg, log: cfg.Logger.Named("events"), m: m, types: pgtype.NewMap()}, nil
+}
+
+// Slot returns the slot name in use.
+func (s *Stream) Slot() string { return s.cfg.Slot }
+
+// Acked returns the last WAL position acknowledged to the server: every
+// event committed before it was published.
+func (s *Stream) Acked() pglogrepl.LSN { return pglogrepl.LSN(s.acked.Load()) }
+
+// Sessions returns how many replication sessions reached streaming (1 +
+// successful reconnects).
+func (s *Stream) Sessions() int64 { return s.sessions.Load() }
+
+// Run streams events until ctx is done, reconnecting with backoff after
+// connection loss or server restarts. It returns nil after ctx is done (the
+// last published position is acknowledged first) and an error only for a
+// problem a reconnect cannot fix: wal_level, privileges, the publication,
+// an unusable slot. Run must not be called twice at once.
+func (s *Stream) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("events: Stream.Run is already running")
+	}
+	defer s.running.Store(false)
+
+	var wg sync.WaitGroup
+	lagCtx, stopLag := context.WithCancel(ctx)
+	wg.Go(func() { s.lagLoop(lagCtx) })
+	defer wg.Wait()
+	defer stopLag()
+
+	backoff := s.cfg.MinBackoff
+	prepared := false
+	for {
+		var err error
+		streamed := false
+		if !prepared {
+			err = s.prepare(ctx)
+			prepared = err == nil
+		}
+		if prepared {
+			err = s.session(ctx, &streamed)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isFatal(err) {
+			return err
+		}
+		if streamed {
+			backoff = s.cfg.MinBackoff
+		}
+		s.m.reconnects.Inc()
+		wait := jitter(backoff)
+		s.log.Warn("replication stream interrupted; reconnecting", zap.String("slot", s.cfg.Slot), zap.Duration("backoff", wait), zap.Error(err))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(backoff*2, s.cfg.MaxBackoff)
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// prepare checks the server and makes sure the publication exists.
+func (s *Stream) prepare(ctx context.Context) error {
+	if err := CheckServer(ctx, s.pool, s.replCfg.User); err != nil {
+		return err
+	}
+	return EnsurePublication(ctx, s.pool, s.cfg.Schema, s.cfg.Publication)
+}
+
+// CheckServer returns ErrWalLevel when wal_level is not logical and
+// ErrNoReplicationPrivilege when role (empty: current_user) can neither
+// replicate nor is superuser.
+func CheckServer(ctx context.Context, pool *pgxpool.Pool, role string) error {
+	var level string
+	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("events: reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return walLevelError(level)
+	}
+	var ok bool
+	err := pool.QueryRow(ctx, `SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = coalesce(nullif($1, ''), current_user)`, role).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // another role than the pool's; the connection will tell
+	}
+	if err != nil {
+		return fmt.Errorf("events: reading role attributes: %w", err)
+	}
+	if !ok {
+		return fatal{fmt.Errorf("%w: role %q can neither replicate nor is superuser; run ALTER ROLE %s REPLICATION as a superuser", ErrNoReplicationPrivilege, role, sqlident.Quote(role))}
+	}
+	return nil
+}
+
+// EnsurePublication creates publication (inserts only) on <schema>.events
+// unless it exists, and checks that it covers the table. Creating it needs
+// ownership of the table (or superuser).
+func EnsurePublication(ctx context.Context, pool *pgxpool.Pool, schema, publication string) error {
+	if err := sqlident.Validate("publication name", publication, 0); err != nil {
+		return fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
+	}
+	var table *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, sqlident.Quote(schema, "events")).Scan(&table); err != nil {
+		return fmt.Errorf("events: looking up the events table: %w", err)
+	}
+	if table == nil {
+		return fatal{fmt.Errorf("%w: %s", ErrNotMigrated, sqlident.Quote(schema, "events"))}
+	}
+	create := `CREATE PUBLICATION ` + sqlident.Quote(publication) + ` FOR TABLE ` + sqlident.Quote(schema, "events") + ` WITH (publish = 'insert')`
+	var exists, covers, inserts bool
+	err := pool.QueryRow(ctx, `
+SELECT true, coalesce(p.pubinsert, false), EXISTS (SELECT 1 FROM pg_publication_tables t
+	WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = 'events')
+FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, &inserts, &covers)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("events: looking up publication %s: %w", publication, err)
+	}
+	if exists {
+		if !covers || !inserts {
+			return fatal{fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; drop it or pick another name", ErrPublication, publication, sqlident.Quote(schema, "events"))}
+		}
+		return nil
+	}
+	if _, err := pool.Exec(ctx, create); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created concurrently
+			return nil
+		}
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			return fatal{fmt.Errorf("%w: cannot create it (%s); run as the table's owner or a superuser: %s", ErrPublication, pgErr.Message, create)}
+		}
+		return fmt.Errorf("events: %s: %w", create, err)
+	}
+	return nil
+}
+
+// txn is one committed transaction's events.
+type txn struct {
+	events     []Event
+	commitLSN  pglogrepl.LSN
+	end        pglogrepl.LSN
+	commitTime time.Time
+}
+
+// session runs one replication connection until it fails or ctx is done.
+func (s *Stream) session(ctx context.Context, streamed *bool) error {
+	conn, err := pgconn.ConnectConfig(ctx, s.replCfg)
+	if err != nil {
+		return classify(fmt.Errorf("events: replication connection: %w", err), s.replCfg.User)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if err := s.ensureSlot(ctx, conn); err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return classify(fmt.Errorf("events: START_REPLICATION on slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+	}
+	*streamed = true
+	s.sessions.Add(1)
+	s.publishedTxn.Store(0)
+	s.log.Info("streaming events", zap.String("slot", s.cfg.Slot), zap.String("acked", s.Acked().String()))
+
+	sctx, cancel := context.WithCancel(ctx)
+	txns := make(chan *txn, 64)
+	pubDone := make(chan error, 1)
+	go func() { pubDone <- s.publishLoop(sctx, txns) }()
+	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}}
+	err = r.run(sctx)
+	cancel()
+	if perr := <-pubDone; err == nil {
+		err = perr
+	}
+	// Acknowledge what was published before leaving, when the connection
+	// still works (a clean shutdown).
+	if ctx.Err() != nil {
+		_ = r.sendStatus(context.Background())
+	}
+	return err
+}
+
+func (s *Stream) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	if s.cfg.TemporarySlot {
+		_, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		if err != nil {
+			return classify(fmt.Errorf("events: creating temporary slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+		}
+		return nil
+	}
+	info, err := slotInfo(ctx, s.pool, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if info != nil {
+		return checkSlot(info, s.replCfg.Database)
+	}
+	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+		return nil // created concurrently
+	}
+	if err != nil {
+		return classify(fmt.Errorf("events: creating slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+	}
+	s.log.Info("created replication slot", zap.String("slot", s.cfg.Slot))
+	return nil
+}
+
+func checkSlot(info *SlotInfo, database string) error {
+	if info.Plugin != "pgoutput" {
+		return fatal{fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; drop it or pick another name", ErrSlot, info.Name, info.Plugin)}
+	}
+	if database != "" && info.Database != database {
+		return fatal{fmt.Errorf("%w: slot %q belongs to database %q, not %q", ErrSlot, info.Name, info.Database, database)}
+	}
+	return nil
+}
+
+// publishLoop publishes handed-over transactions in order and advances the
+// published position after each batch.
+func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
+	for {
+		var batch []*txn
+		select {
+		case t := <-txns:
+			batch = append(batch, t)
+		case <-ctx.Done():
+			return nil
+		}
+		n := len(batch[0].events)
+	drain:
+		for n < s.cfg.MaxBatch {
+			select {
+			case t := <-txns:
+				batch = append(batch, t)
+				n += len(t.events)
+			default:
+				break drain
+			}
+		}
+		s.pendingSince.Store(batch[0].commitTime.UnixNano())
+		if err := s.publishBatch(ctx, batch); err != nil {
+			return nil // ctx done mid-retry; nothing was acknowledged
+		}
+		last := batch[len(batch)-1]
+		if uint64(last.end) > s.published.Load() {
+			s.published.Store(uint64(last.end))
+		}
+		s.publishedTxn.Add(uint64(len(batch)))
+		s.pendingSince.Store(0)
+	}
+}
+
+// publishBatch publishes the batch's events in order, runs of one topic in
+// one Publish call, retrying a failed run until it succeeds or ctx is done.
+func (s *Stream) publishBatch(ctx context.Context, batch []*txn) error {
+	var topic string
+	var run []*message.Message
+	var types []string
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		backoff := s.cfg.MinBackoff
+		for {
+			err := s.cfg.Publisher.Publish(topic, run...)
+			if err == nil {
+				break
+			}
+			s.m.publishErrors.Inc()
+			s.log.Warn("publish failed; retrying", zap.String("topic", topic), zap.Int("messages", len(run)), zap.Error(err))
+			select {
+			case <-time.After(jitter(backoff)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			backoff = min(backoff*2, s.cfg.MaxBackoff)
+		}
+		for _, t := range types {
+			s.m.published.WithLabelValues(t).Inc()
+		}
+		run, types = run[:0], types[:0]
+		return nil
+	}
+	for _, t := range batch {
+		for _, e := range t.events {
+			tp := s.cfg.Topic(e)
+			if tp != topic {
+				if err := flush(); err != nil {
+					return err
+				}
+				topic = tp
+			}
+			msg, err := NewMessage(s.cfg.Schema, e, t.commitLSN)
+			if err != nil {
+				return err
+			}
+			run = append(run, msg)
+			types = append(types, e.Type)
+		}
+	}
+	return flush()
+}
