@@ -1,0 +1,255 @@
+package bench_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/bench"
+	"github.com/pgwake/pgwake/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// tiny are sizes that run every mode in a few seconds.
+func tiny() bench.Sizes {
+	return bench.Sizes{
+		DrainJobs:       300,
+		Rate:            100,
+		LatencyDuration: time.Second,
+		IdleInterval:    100 * time.Millisecond,
+		IdleDuration:    500 * time.Millisecond,
+		DelayedJobs:     20,
+		DelayedSpread:   time.Second,
+		Producers:       4,
+		EnqueueDuration: time.Second,
+		ScaleSmall:      100,
+		ScaleLarge:      400,
+		ScaleFinished:   1000,
+		BatchSize:       150,
+		IdleTimeout:     20 * time.Second,
+	}
+}
+
+func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
+	var out, log bytes.Buffer
+	results, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: pgtest.URL(),
+		Sizes:       tiny(),
+		Workers:     4,
+		Out:         &out,
+		Log:         &log,
+		JSON:        true,
+		Commit:      "test",
+	}, &bench.Pgwake{})
+	require.NoError(t, err, "log:\n%s", log.String())
+
+	// One JSON object per line, one per result, with the issue's fields.
+	var lines []map[string]any
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
+		for _, f := range []string{"mode", "system", "jobs", "jobs_per_sec", "p50_ms", "p90_ms", "p99_ms", "max_ms", "duplicates", "missing"} {
+			require.Contains(t, m, f, sc.Text())
+		}
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, len(results))
+
+	got := map[string]bench.Result{}
+	for _, r := range results {
+		got[string(r.Mode)+" "+r.Case] = r
+		require.Equal(t, "pgwake", r.System)
+		require.Zero(t, r.Duplicates, "%s %s", r.Mode, r.Case)
+		require.Zero(t, r.Missing, "%s %s", r.Mode, r.Case)
+		require.Positive(t, r.JobsPerSec, "%s %s", r.Mode, r.Case)
+	}
+	require.Len(t, results, 8, "drain, latency, idle, delayed, enqueue and three scale cases")
+
+	require.Equal(t, 300, got["drain "].Jobs)
+	require.True(t, math.IsNaN(got["drain "].P50), "drain has no latency")
+	require.Equal(t, 100, got["latency "].Jobs)
+	require.Equal(t, 5, got["idle "].Jobs)
+	for _, m := range []string{"latency ", "idle ", "delayed "} {
+		r := got[m]
+		require.False(t, math.IsNaN(r.P50), m)
+		require.LessOrEqual(t, r.P50, r.P90, m)
+		require.LessOrEqual(t, r.P90, r.P99, m)
+		require.LessOrEqual(t, r.P99, r.Max, m)
+	}
+	require.Zero(t, got["delayed "].Extra["early"], "no delayed job may start before its run_after")
+	enq := got["enqueue "]
+	require.Positive(t, enq.Jobs)
+	require.Positive(t, enq.Extra["baseline_per_sec"])
+	require.InDelta(t, enq.JobsPerSec/enq.Extra["baseline_per_sec"], enq.Extra["ratio_vs_baseline"], 1e-9)
+	fin := got["scale pending=100 finished=1000"]
+	require.Equal(t, 100, fin.Jobs)
+	require.Equal(t, 1000.0, fin.Extra["finished"])
+	require.Positive(t, fin.Extra["max_rss_mib"])
+}
+
+// faulty wraps pgwake and misreports handler starts: job 0 twice, job 1
+// never. The modes must count both.
+type faulty struct{ bench.Pgwake }
+
+func (f *faulty) Name() string { return "faulty" }
+
+func (f *faulty) Start(ctx context.Context, handle bench.HandleFunc) (func() error, error) {
+	return f.Pgwake.Start(ctx, func(seq int64) {
+		switch seq {
+		case 0:
+			handle(0)
+			handle(0)
+		case 1:
+		default:
+			handle(seq)
+		}
+	})
+}
+
+func TestDuplicatesAndMissingAreReported(t *testing.T) {
+	s := tiny()
+	s.IdleTimeout = 2 * time.Second
+	var out bytes.Buffer
+	results, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: pgtest.URL(), Sizes: s, Workers: 2, Out: &out, Log: &bytes.Buffer{},
+		Modes: []bench.Mode{bench.ModeDrain, bench.ModeIdle},
+	}, &faulty{})
+	require.NoError(t, err)
+	require.Len(t, results, 2)
+	for _, r := range results {
+		require.Equal(t, int64(1), r.Duplicates, r.Mode)
+		require.Equal(t, int64(1), r.Missing, r.Mode)
+	}
+	require.Contains(t, out.String(), "exactly once: faulty drain")
+	require.Contains(t, out.String(), "NOT MET")
+}
+
+func TestSummarizeAndPercentile(t *testing.T) {
+	v := make([]float64, 0, 100)
+	for i := 100; i >= 1; i-- {
+		v = append(v, float64(i))
+	}
+	s := bench.Summarize(v)
+	require.Equal(t, bench.Stats{N: 100, Min: 1, P50: 50, P90: 90, P99: 99, Max: 100}, s)
+	require.Equal(t, 7.0, bench.Percentile([]float64{7}, 0.99))
+	require.True(t, math.IsNaN(bench.Summarize(nil).P50))
+}
+
+func TestMedianOfRuns(t *testing.T) {
+	mk := func(jps, p50 float64, dup int64) bench.Result {
+		return bench.Result{Mode: bench.ModeLatency, System: "pgwake", Jobs: 10, JobsPerSec: jps, P50: p50,
+			P90: p50, P99: p50, Max: p50, Duplicates: dup, Extra: map[string]float64{"x": jps}, Samples: []float64{p50}}
+	}
+	m := bench.Median([][]bench.Result{{mk(100, 3, 0)}, {mk(300, 1, 1)}, {mk(200, 2, 0)}})
+	require.Len(t, m, 1)
+	require.Equal(t, 200.0, m[0].JobsPerSec)
+	require.Equal(t, 2.0, m[0].P50)
+	require.Equal(t, 200.0, m[0].Extra["x"])
+	require.Equal(t, int64(1), m[0].Duplicates, "duplicates of every run add up")
+	require.Equal(t, 3, m[0].Runs)
+	require.Equal(t, []float64{2}, m[0].Samples, "samples of the median run")
+}
+
+func TestResultJSON(t *testing.T) {
+	r := bench.Result{Mode: bench.ModeDrain, System: "pgwake", Jobs: 5, JobsPerSec: 1234.56789,
+		P50: math.NaN(), P90: math.NaN(), P99: math.NaN(), Max: math.NaN(), Runs: 1,
+		Extra: map[string]float64{"seconds": 0.5, "insert_per_sec": 10}}
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Equal(t, `{"mode":"drain","system":"pgwake","jobs":5,"jobs_per_sec":1234.568,"p50_ms":null,"p90_ms":null,"p99_ms":null,"max_ms":null,"duplicates":0,"missing":0,"runs":1,"insert_per_sec":10,"seconds":0.5}`, string(b))
+}
+
+func TestParseModes(t *testing.T) {
+	m, err := bench.ParseModes("scale, drain,drain")
+	require.NoError(t, err)
+	require.Equal(t, []bench.Mode{bench.ModeDrain, bench.ModeScale}, m)
+	m, err = bench.ParseModes("all")
+	require.NoError(t, err)
+	require.Equal(t, bench.AllModes, m)
+	for _, bad := range []string{"", " , ", "drain,fast"} {
+		_, err := bench.ParseModes(bad)
+		require.ErrorIs(t, err, bench.ErrUnknownMode, bad)
+	}
+}
+
+func TestBadOptionsAreRejectedBeforeAnyWork(t *testing.T) {
+	for name, o := range map[string]bench.Options{
+		"workers":  {Workers: -1},
+		"runs":     {Runs: 1000},
+		"rate":     {Sizes: bench.Sizes{Rate: -5}},
+		"producer": {Sizes: bench.Sizes{Producers: -1}},
+		"idle":     {Sizes: bench.Sizes{IdleInterval: time.Second, IdleDuration: time.Millisecond}},
+		"url":      {DatabaseURL: "postgres://a b"},
+	} {
+		o.Out, o.Log = &bytes.Buffer{}, &bytes.Buffer{}
+		_, err := bench.Run(context.Background(), o, &bench.Pgwake{})
+		require.Error(t, err, name)
+		require.True(t, errors.Is(err, bench.ErrInvalidOptions) || errors.Is(err, bench.ErrInvalidSizes), "%s: %v", name, err)
+	}
+}
+
+// peer is a named stand-in for rendering tests; it never runs.
+type peer struct{ bench.Pgwake }
+
+func (p *peer) Name() string { return p.Label }
+
+func TestReportRatiosChartAndTargets(t *testing.T) {
+	nan := math.NaN()
+	res := func(mode bench.Mode, sys string, jps, p50, p99 float64) bench.Result {
+		return bench.Result{Mode: mode, System: sys, Jobs: 100, JobsPerSec: jps, P50: p50, P90: p50, P99: p99, Max: p99 * 2, Runs: 1,
+			Extra: map[string]float64{}}
+	}
+	enq := res(bench.ModeEnqueue, "pgwake", 9000, 2, 5)
+	enq.Extra = map[string]float64{"baseline_per_sec": 10000, "ratio_vs_baseline": 0.9, "producers": 16}
+	rep := bench.Report{
+		Systems: []bench.System{&bench.Pgwake{}, &peer{bench.Pgwake{Label: "river-tuned"}}, &peer{bench.Pgwake{Label: "river-default"}}},
+		Results: []bench.Result{
+			res(bench.ModeDrain, "pgwake", 30000, nan, nan),
+			res(bench.ModeDrain, "river-tuned", 10000, nan, nan),
+			res(bench.ModeLatency, "pgwake", 200, 0.7, 2),
+			res(bench.ModeLatency, "river-tuned", 200, 1.0, 2.5),
+			res(bench.ModeLatency, "river-default", 200, 50, 100),
+			res(bench.ModeDelayed, "pgwake", 20, 1, 12),
+			enq,
+		},
+		Commit: "abc", Workers: 10, Runs: 1,
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	txt := b.String()
+	require.Contains(t, txt, "ratios pgwake / peer")
+	require.Regexp(t, `drain\s+river-tuned\s+3\.00x`, txt)
+	require.Regexp(t, `latency\s+river-default\s+1\.00x\s+0\.014x`, txt)
+
+	met := map[string]bool{}
+	for _, tg := range rep.Targets() {
+		met[tg.What] = tg.Met
+	}
+	require.Equal(t, map[string]bool{
+		"latency p50 <= 0.75x river-tuned":            true,  // 0.7
+		"latency p99 <= 0.75x river-tuned":            false, // 0.8
+		"latency p50 <= 0.1x river-default":           true,
+		"latency p99 <= 0.1x river-default":           true,
+		"drain jobs/s >= 1.5x river-tuned":            true,
+		"delayed lateness p99 < 10 ms":                false,
+		"enqueue (16 producers) >= 0.9x plain INSERT": true,
+	}, met)
+
+	chart := rep.TextChart()
+	require.Contains(t, chart, "river-default")
+	require.Contains(t, chart, "p50 50.0 p99 100 max 200 ms")
+	svg := rep.SVG()
+	require.True(t, strings.HasPrefix(svg, "<svg "), svg[:20])
+	require.Contains(t, svg, ">river-tuned</text>")
+	require.Equal(t, strings.Count(svg, "<svg"), strings.Count(svg, "</svg>"))
+}

@@ -1,0 +1,598 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+)
+
+// Sizes are the modes' parameters. The zero value of a field means its
+// default (see DefaultSizes).
+type Sizes struct {
+	// DrainJobs is how many jobs drain pre-inserts. Default 10,000.
+	DrainJobs int
+	// Rate is the latency mode's jobs per second. Default 200.
+	Rate float64
+	// LatencyDuration is how long the latency mode produces. Default 10s.
+	LatencyDuration time.Duration
+	// IdleInterval is the gap between idle-mode jobs. Default 500ms.
+	IdleInterval time.Duration
+	// IdleDuration is how long the idle mode produces. Default 10s.
+	IdleDuration time.Duration
+	// DelayedJobs is how many delayed jobs the delayed mode inserts.
+	// Default 200.
+	DelayedJobs int
+	// DelayedSpread is the span their run_after times cover, starting 1s
+	// after the insert. Default 10s.
+	DelayedSpread time.Duration
+	// Producers is the enqueue mode's concurrency. Default 16.
+	Producers int
+	// EnqueueDuration is the enqueue mode's total time, half of it on the
+	// baseline, alternating in two rounds. Default 10s.
+	EnqueueDuration time.Duration
+	// ScaleSmall and ScaleLarge are the scale mode's backlogs; ScaleFinished
+	// is how many finished jobs it leaves in the table for its third case.
+	// Defaults 10,000, 100,000 and 100,000 (the issue's targets name 1M: pass
+	// 1000000 for those runs). A negative ScaleFinished skips the third case.
+	ScaleSmall, ScaleLarge, ScaleFinished int
+	// BatchSize is how many jobs one InsertMany call carries. Default 5,000.
+	BatchSize int
+	// IdleTimeout gives up waiting for handlers when no new job has started
+	// for this long. Default 60s.
+	IdleTimeout time.Duration
+}
+
+// DefaultSizes returns the defaults, sized so that `make bench` finishes in
+// a few minutes on a 2-core machine.
+func DefaultSizes() Sizes { return Sizes{}.withDefaults() }
+
+func (s Sizes) withDefaults() Sizes {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&s.DrainJobs, 10000)
+	if s.Rate == 0 {
+		s.Rate = 200
+	}
+	defD(&s.LatencyDuration, 10*time.Second)
+	defD(&s.IdleInterval, 500*time.Millisecond)
+	defD(&s.IdleDuration, 10*time.Second)
+	def(&s.DelayedJobs, 200)
+	defD(&s.DelayedSpread, 10*time.Second)
+	def(&s.Producers, 16)
+	defD(&s.EnqueueDuration, 10*time.Second)
+	def(&s.ScaleSmall, 10000)
+	def(&s.ScaleLarge, 100000)
+	def(&s.ScaleFinished, 100000)
+	def(&s.BatchSize, 5000)
+	defD(&s.IdleTimeout, 60*time.Second)
+	return s
+}
+
+// ErrInvalidSizes is wrapped by errors for sizes out of range.
+var ErrInvalidSizes = errors.New("invalid bench sizes")
+
+func (s Sizes) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSizes, fmt.Sprintf(format, args...))
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
+		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize}} {
+		if c.v < 1 {
+			return bad("%s must be at least 1, got %d", c.name, c.v)
+		}
+	}
+	if s.Rate <= 0 || s.Rate > 100000 || math.IsNaN(s.Rate) {
+		return bad("rate must be in (0, 100000] jobs/s, got %v", s.Rate)
+	}
+	for _, c := range []struct {
+		name string
+		v    time.Duration
+	}{{"latency duration", s.LatencyDuration}, {"idle interval", s.IdleInterval}, {"idle duration", s.IdleDuration},
+		{"delayed spread", s.DelayedSpread}, {"enqueue duration", s.EnqueueDuration}, {"idle timeout", s.IdleTimeout}} {
+		if c.v <= 0 {
+			return bad("%s must be positive, got %s", c.name, c.v)
+		}
+	}
+	if s.IdleDuration < s.IdleInterval {
+		return bad("idle duration %s is shorter than the idle interval %s", s.IdleDuration, s.IdleInterval)
+	}
+	return nil
+}
+
+// runner runs modes of one system.
+type runner struct {
+	sys   System
+	env   *Env
+	sizes Sizes
+	logf  func(format string, args ...any)
+}
+
+// run runs one mode and returns its results (several for scale). Setup and
+// Teardown happen around each case.
+func (rn *runner) run(ctx context.Context, mode Mode) ([]Result, error) {
+	switch mode {
+	case ModeDrain:
+		r, err := rn.drain(ctx, rn.sizes.DrainJobs, 0)
+		return []Result{r}, err
+	case ModeLatency:
+		r, err := rn.latency(ctx, ModeLatency, rn.sizes.Rate, rn.sizes.LatencyDuration)
+		return []Result{r}, err
+	case ModeIdle:
+		rate := float64(time.Second) / float64(rn.sizes.IdleInterval)
+		r, err := rn.latency(ctx, ModeIdle, rate, rn.sizes.IdleDuration)
+		return []Result{r}, err
+	case ModeDelayed:
+		r, err := rn.delayed(ctx)
+		return []Result{r}, err
+	case ModeEnqueue:
+		r, err := rn.enqueue(ctx)
+		return []Result{r}, err
+	case ModeScale:
+		return rn.scale(ctx)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownMode, mode)
+}
+
+// fresh runs Setup, f and Teardown, and a CHECKPOINT first so that one
+// case's WAL is not flushed during the next.
+func (rn *runner) fresh(ctx context.Context, f func() error) (err error) {
+	checkpoint(ctx, rn.env.Pool)
+	if err := rn.sys.Setup(ctx, rn.env); err != nil {
+		return fmt.Errorf("%s: setup: %w", rn.sys.Name(), err)
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if terr := rn.sys.Teardown(tctx); terr != nil && err == nil {
+			err = fmt.Errorf("%s: teardown: %w", rn.sys.Name(), terr)
+		}
+	}()
+	return f()
+}
+
+// checkpoint asks for a CHECKPOINT; without the privilege it does nothing.
+func checkpoint(ctx context.Context, pool *pgxpool.Pool) {
+	_, _ = pool.Exec(ctx, "CHECKPOINT")
+}
+
+func (rn *runner) insert(ctx context.Context, n int, runAt func(i int) time.Time) error {
+	for from := 0; from < n; from += rn.sizes.BatchSize {
+		to := min(from+rn.sizes.BatchSize, n)
+		jobs := make([]Job, 0, to-from)
+		for i := from; i < to; i++ {
+			j := Job{Seq: int64(i)}
+			if runAt != nil {
+				j.RunAt = runAt(i)
+			}
+			jobs = append(jobs, j)
+		}
+		if err := rn.sys.InsertMany(ctx, jobs); err != nil {
+			return fmt.Errorf("%s: insert jobs %d..%d: %w", rn.sys.Name(), from, to-1, err)
+		}
+	}
+	return nil
+}
+
+// drain pre-inserts n jobs (after finished finished ones), starts the
+// workers and times them until every job has started and, where the system
+// can count, none is unfinished.
+func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
+	res := Result{Mode: ModeDrain, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{}}
+	noLatency(&res)
+	err := rn.fresh(ctx, func() error {
+		if finished > 0 {
+			f, ok := rn.sys.(Finisher)
+			if !ok {
+				return fmt.Errorf("%s cannot insert finished jobs", rn.sys.Name())
+			}
+			rn.logf("%s: inserting %d finished jobs", rn.sys.Name(), finished)
+			if err := f.InsertFinished(ctx, finished); err != nil {
+				return fmt.Errorf("%s: insert finished jobs: %w", rn.sys.Name(), err)
+			}
+		}
+		rn.logf("%s: inserting %d jobs", rn.sys.Name(), n)
+		t := time.Now()
+		if err := rn.insert(ctx, n, nil); err != nil {
+			return err
+		}
+		res.Extra["insert_per_sec"] = float64(n) / time.Since(t).Seconds()
+		checkpoint(ctx, rn.env.Pool)
+
+		rn.logf("%s: draining %d jobs", rn.sys.Name(), n)
+		mem := startMemSampler()
+		base := time.Now()
+		rec := newRecorder(n, base)
+		stop, err := rn.sys.Start(ctx, rec.handle)
+		if err != nil {
+			mem.stop()
+			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
+		}
+		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
+		elapsed := time.Since(base)
+		if c, ok := rn.sys.(Counter); ok && all {
+			for {
+				left, err := c.Unfinished(ctx)
+				elapsed = time.Since(base)
+				if err != nil {
+					_ = stop()
+					mem.stop()
+					return fmt.Errorf("%s: count unfinished: %w", rn.sys.Name(), err)
+				}
+				if left == 0 {
+					break
+				}
+				if elapsed > rec.lastStart()+rn.sizes.IdleTimeout {
+					res.Extra["unfinished"] = float64(left)
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		serr := stop()
+		rss, heap := mem.stop()
+		res.Extra["max_rss_mib"] = rss
+		res.Extra["max_heap_mib"] = heap
+		res.Duplicates, res.Missing = rec.tally()
+		res.JobsPerSec = float64(n-int(res.Missing)) / elapsed.Seconds()
+		res.Extra["seconds"] = elapsed.Seconds()
+		if serr != nil {
+			return fmt.Errorf("%s: stop workers: %w", rn.sys.Name(), serr)
+		}
+		return ctx.Err()
+	})
+	return res, err
+}
+
+// latency produces one job per transaction at rate for d and measures
+// enqueue-commit to handler start.
+func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.Duration) (Result, error) {
+	n := max(int(math.Round(rate*d.Seconds())), 1)
+	res := Result{Mode: mode, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{"rate": rate}}
+	noLatency(&res)
+	err := rn.fresh(ctx, func() error {
+		base := time.Now()
+		rec := newRecorder(n, base)
+		stop, err := rn.sys.Start(ctx, rec.handle)
+		if err != nil {
+			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
+		}
+		defer func() { _ = stop() }()
+		// Let the workers settle (connect, LISTEN, first empty look).
+		if !sleepCtx(ctx, time.Second) {
+			return ctx.Err()
+		}
+		rn.logf("%s: %s: %d jobs at %.0f/s", rn.sys.Name(), mode, n, rate)
+		commits := make([]atomic.Int64, n)
+		t0 := time.Since(base)
+		perr := produceAtRate(ctx, rn.sys, n, rate, base, commits)
+		produced := time.Since(base) - t0
+		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
+		if all {
+			// Let a late duplicate show.
+			sleepCtx(ctx, 200*time.Millisecond)
+		}
+		serr := stop()
+		res.Duplicates, res.Missing = rec.tally()
+		var lat []float64
+		for i := range n {
+			c := commits[i].Load()
+			s, ok := rec.startedAt(i)
+			if c == 0 || !ok {
+				continue
+			}
+			lat = append(lat, ms(s-time.Duration(c)))
+		}
+		st := Summarize(lat)
+		res.withStats(st)
+		res.Samples = lat
+		res.Extra["min_ms"] = st.Min
+		res.JobsPerSec = float64(n) / produced.Seconds()
+		if perr != nil {
+			return perr
+		}
+		if serr != nil {
+			return fmt.Errorf("%s: stop workers: %w", rn.sys.Name(), serr)
+		}
+		return ctx.Err()
+	})
+	return res, err
+}
+
+// produceAtRate enqueues jobs 0..n-1, job i at base-relative time i/rate
+// from now, with a few producers so one slow commit does not delay the
+// next job. commits[i] gets the time since base just after job i's commit.
+func produceAtRate(ctx context.Context, sys System, n int, rate float64, base time.Time, commits []atomic.Int64) error {
+	const producers = 4
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := sys.Enqueue(ctx, Job{Seq: int64(i)}); err != nil {
+					cancel(fmt.Errorf("%s: enqueue job %d: %w", sys.Name(), i, err))
+					continue
+				}
+				commits[i].Store(max(int64(time.Since(base)), 1))
+			}
+		})
+	}
+	start := time.Now()
+	interval := float64(time.Second) / rate
+feed:
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) * interval))
+		if d := time.Until(at); d > 0 && !sleepCtx(ctx, d) {
+			break
+		}
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// delayed inserts jobs with run_after spread over DelayedSpread while the
+// workers run, and measures handler start against run_after.
+func (rn *runner) delayed(ctx context.Context) (Result, error) {
+	n := rn.sizes.DelayedJobs
+	spread := rn.sizes.DelayedSpread
+	res := Result{Mode: ModeDelayed, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{}}
+	noLatency(&res)
+	err := rn.fresh(ctx, func() error {
+		base := time.Now()
+		rec := newRecorder(n, base)
+		stop, err := rn.sys.Start(ctx, rec.handle)
+		if err != nil {
+			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
+		}
+		defer func() { _ = stop() }()
+		if !sleepCtx(ctx, time.Second) {
+			return ctx.Err()
+		}
+		rn.logf("%s: delayed: %d jobs due over %s", rn.sys.Name(), n, spread)
+		first := time.Since(base) + time.Second
+		due := func(i int) time.Duration {
+			return first + time.Duration(float64(spread)*float64(i)/float64(n))
+		}
+		// RunAt is wall time for the database; due(i) the same instant on
+		// the monotonic clock the recorder uses.
+		wall := base.Round(0)
+		if err := rn.insert(ctx, n, func(i int) time.Time { return wall.Add(due(i)) }); err != nil {
+			return err
+		}
+		all := rec.wait(spread+rn.sizes.IdleTimeout, ctx.Done())
+		if all {
+			sleepCtx(ctx, 200*time.Millisecond)
+		}
+		serr := stop()
+		res.Duplicates, res.Missing = rec.tally()
+		var late []float64
+		early := 0
+		for i := range n {
+			s, ok := rec.startedAt(i)
+			if !ok {
+				continue
+			}
+			l := ms(s - due(i))
+			if l < 0 {
+				early++
+			}
+			late = append(late, l)
+		}
+		st := Summarize(late)
+		res.withStats(st)
+		res.Samples = late
+		res.Extra["min_ms"] = st.Min
+		res.Extra["early"] = float64(early)
+		res.JobsPerSec = float64(n) / spread.Seconds()
+		if serr != nil {
+			return fmt.Errorf("%s: stop workers: %w", rn.sys.Name(), serr)
+		}
+		return ctx.Err()
+	})
+	return res, err
+}
+
+// enqueue measures Producers concurrent one-job transactions against the
+// same producers each inserting one row into a plain table, alternating
+// baseline and system in two rounds of EnqueueDuration/4 each.
+func (rn *runner) enqueue(ctx context.Context) (Result, error) {
+	p := rn.sizes.Producers
+	res := Result{Mode: ModeEnqueue, System: rn.sys.Name(), Extra: map[string]float64{"producers": float64(p)}}
+	noLatency(&res)
+	err := rn.fresh(ctx, func() error {
+		bl, err := newBaseline(ctx, rn.env.Pool)
+		if err != nil {
+			return err
+		}
+		defer bl.drop(context.WithoutCancel(ctx))
+		phase := rn.sizes.EnqueueDuration / 4
+		var seq atomic.Int64
+		var sysN, baseN int64
+		var sysT, baseT time.Duration
+		var sysLat, baseLat []float64
+		for round := range 2 {
+			rn.logf("%s: enqueue round %d: baseline then %s, %d producers, %s each", rn.sys.Name(), round+1, rn.sys.Name(), p, phase)
+			n, t, lat, err := closedLoop(ctx, p, phase, func(ctx context.Context) error { return bl.insert(ctx) })
+			if err != nil {
+				return fmt.Errorf("baseline insert: %w", err)
+			}
+			baseN, baseT, baseLat = baseN+n, baseT+t, append(baseLat, lat...)
+			checkpoint(ctx, rn.env.Pool)
+			n, t, lat, err = closedLoop(ctx, p, phase, func(ctx context.Context) error {
+				return rn.sys.Enqueue(ctx, Job{Seq: seq.Add(1) - 1})
+			})
+			if err != nil {
+				return fmt.Errorf("%s: enqueue: %w", rn.sys.Name(), err)
+			}
+			sysN, sysT, sysLat = sysN+n, sysT+t, append(sysLat, lat...)
+			checkpoint(ctx, rn.env.Pool)
+		}
+		res.Jobs = int(sysN)
+		res.JobsPerSec = float64(sysN) / sysT.Seconds()
+		res.withStats(Summarize(sysLat))
+		bs := Summarize(baseLat)
+		res.Extra["baseline_per_sec"] = float64(baseN) / baseT.Seconds()
+		res.Extra["baseline_p50_ms"] = bs.P50
+		res.Extra["baseline_p99_ms"] = bs.P99
+		res.Extra["ratio_vs_baseline"] = res.JobsPerSec / res.Extra["baseline_per_sec"]
+		if c, ok := rn.sys.(Counter); ok {
+			got, err := c.Unfinished(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: count jobs: %w", rn.sys.Name(), err)
+			}
+			// Every acknowledged enqueue must be in the table, once.
+			if got > sysN {
+				res.Duplicates = got - sysN
+			} else {
+				res.Missing = sysN - got
+			}
+		} else {
+			res.Missing = -1
+		}
+		return ctx.Err()
+	})
+	return res, err
+}
+
+// closedLoop runs p goroutines calling f back to back for d and returns the
+// number of successful calls, the time taken and each call's latency (ms).
+func closedLoop(ctx context.Context, p int, d time.Duration, f func(context.Context) error) (int64, time.Duration, []float64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lats := make([][]float64, p)
+	var n atomic.Int64
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range p {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t := time.Now()
+				if err := f(ctx); err != nil {
+					cancel(err)
+					return
+				}
+				lats[w] = append(lats[w], ms(time.Since(t)))
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []float64
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	if err := context.Cause(ctx); err != nil {
+		return 0, 0, nil, err
+	}
+	return n.Load(), elapsed, all, nil
+}
+
+// baseline is a table with the columns of a job row and only a primary
+// key: what PostgreSQL commits when nothing but the row is written.
+type baseline struct {
+	pool   *pgxpool.Pool
+	schema string
+	table  string
+}
+
+func newBaseline(ctx context.Context, pool *pgxpool.Pool) (*baseline, error) {
+	b := &baseline{pool: pool, schema: "pgwake_bench_baseline_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+	b.table = sqlident.Quote(b.schema, "jobs")
+	_, err := pool.Exec(ctx, `CREATE SCHEMA `+sqlident.Quote(b.schema)+`;
+CREATE TABLE `+b.table+` (
+	id           bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+	queue        text        NOT NULL,
+	kind         text        NOT NULL,
+	payload      jsonb       NOT NULL DEFAULT '{}',
+	priority     smallint    NOT NULL DEFAULT 0,
+	state        text        NOT NULL DEFAULT 'pending',
+	attempts     integer     NOT NULL DEFAULT 0,
+	max_attempts integer     NOT NULL DEFAULT 5,
+	run_after    timestamptz NOT NULL DEFAULT now(),
+	created_at   timestamptz NOT NULL DEFAULT now()
+)`)
+	if err != nil {
+		return nil, fmt.Errorf("create baseline table: %w", err)
+	}
+	return b, nil
+}
+
+func (b *baseline) insert(ctx context.Context) error {
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+b.table+` (queue, kind, payload) VALUES ($1, $2, $3)`,
+		"bench", "bench", []byte(`{"seq":1}`))
+	return err
+}
+
+func (b *baseline) drop(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, _ = b.pool.Exec(ctx, `DROP SCHEMA `+sqlident.Quote(b.schema)+` CASCADE`)
+}
+
+// scale drains the small backlog, the large one, and the small one with
+// ScaleFinished finished jobs in the table.
+func (rn *runner) scale(ctx context.Context) ([]Result, error) {
+	s := rn.sizes
+	cases := []struct{ pending, finished int }{{s.ScaleSmall, 0}, {s.ScaleLarge, 0}}
+	if _, ok := rn.sys.(Finisher); ok && s.ScaleFinished > 0 {
+		cases = append(cases, struct{ pending, finished int }{s.ScaleSmall, s.ScaleFinished})
+	}
+	var out []Result
+	var small float64
+	for i, c := range cases {
+		r, err := rn.drain(ctx, c.pending, c.finished)
+		r.Mode = ModeScale
+		r.Case = fmt.Sprintf("pending=%d finished=%d", c.pending, c.finished)
+		r.Extra["pending"] = float64(c.pending)
+		r.Extra["finished"] = float64(c.finished)
+		if i == 0 {
+			small = r.JobsPerSec
+		}
+		r.Extra["ratio_vs_small"] = r.JobsPerSec / small
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

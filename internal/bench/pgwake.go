@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// Pgwake is pgwake as a System: queue.Config defaults, with one queue
+// ("bench", MaxWorkers = Env.Workers) and one kind ("bench") whose handler
+// only reports its job. Each Setup migrates a fresh schema.
+type Pgwake struct {
+	// Label is the result's system name. Default "pgwake".
+	Label string
+	// Tune, when set, changes the config after the bench's settings (for
+	// experiments; results then no longer show the defaults).
+	Tune func(*queue.Config)
+
+	env    *Env
+	schema string
+	client *queue.Client
+	n      atomic.Int64
+}
+
+// BenchQueue and BenchKind are the queue and kind of every bench job.
+const (
+	BenchQueue = "bench"
+	BenchKind  = "bench"
+)
+
+// Name returns Label or "pgwake".
+func (p *Pgwake) Name() string {
+	if p.Label != "" {
+		return p.Label
+	}
+	return "pgwake"
+}
+
+// Config describes the configuration.
+func (p *Pgwake) Config() string {
+	s := "queue.Config defaults; Queues{bench: MaxWorkers=workers}; one no-op handler"
+	if p.Tune != nil {
+		s += "; tuned by the caller"
+	}
+	return s
+}
+
+// Supports is true for every mode.
+func (p *Pgwake) Supports(Mode) bool { return true }
+
+func (p *Pgwake) config(handle HandleFunc) queue.Config {
+	cfg := queue.Config{
+		Schema: p.schema,
+		Queues: map[string]queue.QueueConfig{BenchQueue: {MaxWorkers: p.env.Workers}},
+	}
+	if handle != nil {
+		cfg.Handlers = map[string]queue.Handler{BenchKind: queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
+			var pl Payload
+			if err := json.Unmarshal(job.Payload, &pl); err != nil {
+				return fmt.Errorf("bench payload: %w", err)
+			}
+			handle(pl.Seq)
+			return nil
+		})}
+	}
+	if p.Tune != nil {
+		p.Tune(&cfg)
+	}
+	return cfg
+}
+
+// Setup migrates a fresh schema.
+func (p *Pgwake) Setup(ctx context.Context, env *Env) error {
+	p.env = env
+	p.schema = fmt.Sprintf("pgwake_bench_%d_%d", time.Now().UnixNano()%1e9, p.n.Add(1))
+	if _, err := migrations.Up(ctx, env.Pool, p.schema); err != nil {
+		return err
+	}
+	c, err := queue.New(env.Pool, p.config(nil))
+	if err != nil {
+		return err
+	}
+	p.client = c
+	return nil
+}
+
+func newJob(j Job) queue.NewJob {
+	return queue.NewJob{Queue: BenchQueue, Kind: BenchKind, Payload: json.RawMessage(EncodePayload(j)), RunAfter: j.RunAt}
+}
+
+// InsertMany uses EnqueueMany.
+func (p *Pgwake) InsertMany(ctx context.Context, jobs []Job) error {
+	nj := make([]queue.NewJob, len(jobs))
+	for i, j := range jobs {
+		nj[i] = newJob(j)
+	}
+	_, err := p.client.EnqueueMany(ctx, nj)
+	return err
+}
+
+// Enqueue uses Enqueue (one statement, its own transaction).
+func (p *Pgwake) Enqueue(ctx context.Context, job Job) error {
+	_, err := p.client.Enqueue(ctx, newJob(job))
+	return err
+}
+
+// Start runs a Client with the bench handler.
+func (p *Pgwake) Start(ctx context.Context, handle HandleFunc) (func() error, error) {
+	c, err := queue.New(p.env.Pool, p.config(handle))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var stopped atomic.Bool
+	var result error
+	return func() error {
+		if stopped.CompareAndSwap(false, true) {
+			cancel()
+			result = <-done
+		}
+		return result
+	}, nil
+}
+
+// Unfinished counts pending jobs.
+func (p *Pgwake) Unfinished(ctx context.Context) (int64, error) {
+	var n int64
+	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state = 'pending'`).Scan(&n)
+	return n, err
+}
+
+// InsertFinished writes n succeeded jobs, with their enqueued and succeeded
+// events, straight into the tables.
+func (p *Pgwake) InsertFinished(ctx context.Context, n int) error {
+	jobs := sqlident.Quote(p.schema, "jobs")
+	events := sqlident.Quote(p.schema, "events")
+	const chunk = 100000
+	for from := 0; from < n; from += chunk {
+		cnt := min(chunk, n-from)
+		_, err := p.env.Pool.Exec(ctx, `
+WITH j AS (
+	INSERT INTO `+jobs+` (queue, kind, payload, state, attempts, run_after, created_at, finished_at)
+	SELECT $1, $2, jsonb_build_object('seq', -g), 'succeeded', 1, now() - interval '1 hour', now() - interval '1 hour', now() - interval '59 minutes'
+	FROM generate_series(1, $3::int) g
+	RETURNING id, queue, kind, run_after, finished_at
+)
+INSERT INTO `+events+` (job_id, type, queue, kind, attempt, at, data)
+SELECT id, 'enqueued', queue, kind, 0, run_after, jsonb_build_object('run_after', run_after) FROM j
+UNION ALL
+SELECT id, 'succeeded', queue, kind, 1, finished_at, '{}' FROM j`, BenchQueue, BenchKind, cnt)
+		if err != nil {
+			return err
+		}
+	}
+	_, err := p.env.Pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	return err
+}
+
+// Teardown drops the schema.
+func (p *Pgwake) Teardown(ctx context.Context) error {
+	if p.schema == "" {
+		return nil
+	}
+	_, err := p.env.Pool.Exec(ctx, `DROP SCHEMA `+sqlident.Quote(p.schema)+` CASCADE`)
+	p.schema, p.client = "", nil
+	return err
+}
