@@ -77,7 +77,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	case fs.NArg() == 1 && fs.Arg(0) == "-":
 		stdinPayload = true
 	case fs.NArg() > 0:
-		return usagef("unexpected argument %q (flags go before \"-\")", fs.Arg(0))
+		return usagef("unexpected argument %q; give the payload with --payload, --payload-file or - (stdin)", fs.Arg(0))
 	}
 	var at time.Time
 	if *runAfter != "" {
