@@ -161,7 +161,8 @@ type demo struct {
 	out    io.Writer
 
 	latMu     sync.Mutex
-	latencies []time.Duration // due -> handler start, first attempts
+	latencies []time.Duration // due -> handler start, first attempts of immediate jobs
+	lateness  []time.Duration // the same for delayed jobs: run_after -> handler start
 	attempts  atomic.Int64
 }
 
@@ -171,7 +172,11 @@ func (d *demo) handler(kind string) queue.Handler {
 		if job.Attempt == 1 {
 			lat := max(time.Since(job.RunAfter), 0)
 			d.latMu.Lock()
-			d.latencies = append(d.latencies, lat)
+			if kind == "reminder" {
+				d.lateness = append(d.lateness, lat)
+			} else {
+				d.latencies = append(d.latencies, lat)
+			}
 			d.latMu.Unlock()
 		}
 		d.attempts.Add(1)
@@ -486,14 +491,12 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 
 	d.latMu.Lock()
 	lat := append([]time.Duration(nil), d.latencies...)
+	late := append([]time.Duration(nil), d.lateness...)
 	d.latMu.Unlock()
-	fmt.Fprintf(w, "\n  latency from due time to handler start (first attempts, n=%d; delayed jobs count from their run_after)\n", len(lat))
-	if len(lat) > 0 {
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		fmt.Fprintf(w, "    p50 %s   p90 %s   p99 %s   max %s\n",
-			fmtLatency(percentile(lat, 0.50)), fmtLatency(percentile(lat, 0.90)), fmtLatency(percentile(lat, 0.99)), fmtLatency(lat[len(lat)-1]))
-		writeHistogram(w, lat)
-	}
+	fmt.Fprintf(w, "\n  latency, enqueue to handler start (first attempts of immediate jobs, n=%d)\n", len(lat))
+	writeLatency(w, lat, true)
+	fmt.Fprintf(w, "\n  lateness of delayed jobs, run_after to handler start (n=%d)\n", len(late))
+	writeLatency(w, late, false)
 
 	claims := claimsBySource(reg)
 	fmt.Fprintf(w, "\n  claims by what made the worker look\n")
@@ -504,12 +507,21 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 		"poll":      "the poll fallback (notifications missed)",
 		"start":     "first look after start",
 		"resync":    "the listener (re)connected",
+		"released":  "a claim of this process rolled back, freeing jobs",
 	}
 	var total float64
 	for _, v := range claims {
 		total += v
 	}
-	for _, src := range []string{"notify", "busy", "scheduled", "poll", "start", "resync"} {
+	order := []string{"notify", "busy", "scheduled", "poll", "start", "resync", "released"}
+	var extra []string
+	for src := range claims {
+		if !contains(order, src) {
+			extra = append(extra, src)
+		}
+	}
+	sort.Strings(extra)
+	for _, src := range append(order, extra...) {
 		v := claims[src]
 		pct := 0.0
 		if total > 0 {
@@ -538,6 +550,19 @@ func claimsBySource(reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// writeLatency prints percentiles and, with hist, a histogram.
+func writeLatency(w io.Writer, lat []time.Duration, hist bool) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Fprintf(w, "    p50 %s   p90 %s   p99 %s   max %s\n",
+		fmtLatency(percentile(lat, 0.50)), fmtLatency(percentile(lat, 0.90)), fmtLatency(percentile(lat, 0.99)), fmtLatency(lat[len(lat)-1]))
+	if hist {
+		writeHistogram(w, lat)
+	}
 }
 
 // percentile of sorted values (nearest rank).
