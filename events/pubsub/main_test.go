@@ -100,3 +100,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// databaseURL is where the examples connect: the test database. In your
+// service this would be your own DSN, e.g. os.Getenv("DATABASE_URL").
+func databaseURL() string { return pgtest.URL() }
