@@ -64,8 +64,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.metrics = m
+	workers := 0
 	for name, qc := range cfg.Queues {
 		c.loops[name] = newQueueLoop(c, name, qc)
+		workers += qc.MaxWorkers
+	}
+	// Each running claim transaction holds a pool connection, and the
+	// dispatchers need one to claim: a smaller pool caps concurrency and can
+	// starve handlers that use the pool themselves.
+	if mc := int(pool.Config().MaxConns); workers > 0 && mc < workers+len(cfg.Queues) {
+		c.log.Warn("pool is smaller than the workers need; concurrency is capped by the pool",
+			zap.Int("pool_max_conns", mc), zap.Int("workers", workers), zap.Int("queues", len(cfg.Queues)))
 	}
 	return c, nil
 }

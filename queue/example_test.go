@@ -1,0 +1,74 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// Enqueue a job in the same transaction as the caller's own write: the job
+// exists exactly when the order does.
+func ExampleClient_EnqueueTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool, "pgwake"); err != nil {
+		panic(err)
+	}
+	client, err := queue.New(pool, queue.Config{})
+	if err != nil {
+		panic(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, 42); err != nil {
+			return err
+		}
+		_, err := client.EnqueueTx(ctx, tx, queue.NewJob{
+			Kind:    "send_receipt",
+			Payload: map[string]any{"order_id": 42},
+		})
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Run workers: each handler gets the claim transaction, so its writes commit
+// exactly when the job completes.
+func ExampleClient_Run() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		Handlers: map[string]queue.Handler{
+			"send_receipt": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
+				_, err := tx.Exec(ctx, `UPDATE orders SET receipt_sent = true WHERE id = ($1::jsonb->>'order_id')::int`, job.Payload)
+				return err
+			}),
+		},
+		KindTimeouts: map[string]time.Duration{"send_receipt": 30 * time.Second},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := client.Run(ctx); err != nil { // returns after a graceful drain
+		fmt.Println(err)
+	}
+}
