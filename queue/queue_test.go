@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgwake/pgwake/notify"
 	"github.com/pgwake/pgwake/queue"
@@ -579,4 +582,34 @@ func TestBadInputIsRejectedBeforeWriting(t *testing.T) {
 	c, err := queue.New(e.pool, queue.Config{Schema: e.schema})
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Run(ctx), queue.ErrNoQueues)
+}
+
+func TestLogsNeverContainPayloads(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.DebugLevel)
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {}},
+		PollInterval: 50 * time.Millisecond,
+		Backoff:      func(int) time.Duration { return time.Millisecond },
+		Logger:       zap.New(core),
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if j.Attempt == 1 {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		})},
+	})
+	e.run()
+	const secret = "s3cr3t-payload-value"
+	_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 3, Payload: map[string]string{"card": secret}})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`state = 'succeeded'`) == 1 })
+	require.NotZero(t, logs.Len(), "the worker logs its work")
+	for _, entry := range logs.All() {
+		text := entry.Message
+		for k, v := range entry.ContextMap() {
+			text += " " + k + "=" + fmt.Sprint(v)
+		}
+		require.NotContains(t, text, secret)
+	}
 }
