@@ -35,22 +35,34 @@ type reader struct {
 	handed     uint64        // transactions handed to the publisher this session
 	idle       pglogrepl.LSN // keepalive position seen between transactions
 	nextStatus time.Time
+	lastStatus time.Time
 }
+
+// ackDelay is how soon after a publication its position is acknowledged
+// (at most; status updates are also sent every StatusInterval).
+const ackDelay = 100 * time.Millisecond
 
 func (r *reader) run(ctx context.Context) error {
 	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
 	for {
-		if !time.Now().Before(r.nextStatus) {
+		deadline := r.nextStatus
+		if r.position() > pglogrepl.LSN(r.s.acked.Load()) {
+			if soon := r.lastStatus.Add(ackDelay); soon.Before(deadline) {
+				deadline = soon
+			}
+		}
+		if !time.Now().Before(deadline) {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
+			deadline = r.nextStatus
 		}
 		select {
 		case err := <-r.pubDone:
 			return err
 		default:
 		}
-		rctx, cancel := context.WithDeadline(ctx, r.nextStatus)
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		raw, err := r.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -189,7 +201,8 @@ func (r *reader) position() pglogrepl.LSN {
 func (r *reader) sendStatus(ctx context.Context) error {
 	pos := r.position()
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
-	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
+	r.lastStatus = time.Now()
+	r.nextStatus = r.lastStatus.Add(r.s.cfg.StatusInterval)
 	if err != nil {
 		return fmt.Errorf("events: standby status update: %w", err)
 	}
