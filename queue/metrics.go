@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		}, []string{"queue"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_claims_total",
-			Help: "Jobs claimed, by what made the worker look: start, notify, resync, scheduled, busy, released, poll. A growing poll count means notifications are being missed.",
+			Help: "Jobs claimed, by what made the worker look: start, notify, resync, scheduled, busy, released, recheck, poll. A growing poll count means notifications are being missed.",
 		}, []string{"queue", "source"}),
 		claimErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_claim_errors_total",

@@ -30,6 +30,7 @@ const (
 	sourcePoll      = "poll"      // the poll interval ran out
 	sourceBusy      = "busy"      // the previous look found a job
 	sourceReleased  = "released"  // a claim transaction of ours rolled back
+	sourceRecheck   = "recheck"   // a short look while producers that skipped NOTIFY may be in flight
 )
 
 // Run works the configured queues until ctx is cancelled, then stops
@@ -246,8 +247,13 @@ func (l *queueLoop) observe(d time.Duration) {
 const (
 	waiterUnknown = iota
 	waiterBusy
-	waiterIdle
+	waiterMarked // marked idle, but producers that looked earlier may be in flight
+	waiterIdle   // marked idle and the barrier passed: safe to sleep long
 )
+
+// markedRecheck is how often a loop marked idle but not yet past the barrier
+// looks at the queue.
+const markedRecheck = 25 * time.Millisecond
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to a handler
 // goroutine; when nothing is due, mark the queue as waited on and sleep until
@@ -301,25 +307,31 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		}
 		<-l.slots
 		nextAt = next
-		if waiter != waiterIdle {
-			// Going to sleep: say so, wait out producers that looked before
-			// we did, and look once more.
-			confirmed, err := l.c.goIdle(ctx, l.queue)
-			if err != nil {
+		if waiter == waiterBusy || waiter == waiterUnknown {
+			// Going to sleep: say so first.
+			if err := l.c.setWaiter(ctx, l.queue, true); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				log.Warn("could not mark the queue as waited on", zap.Error(err))
-			}
-			if confirmed {
-				waiter = waiterIdle
 			} else {
-				waiter = waiterUnknown
+				waiter = waiterMarked
 			}
-			source = sourceBusy
-			continue
 		}
-		// Nothing due: wait.
+		if waiter == waiterMarked {
+			// Wait out producers that checked for waiters before the mark
+			// committed, then look once more before sleeping for long.
+			ok, err := l.c.idleBarrier(ctx, l.queue)
+			if err != nil && ctx.Err() != nil {
+				return
+			}
+			if ok {
+				waiter = waiterIdle
+				source = sourceBusy
+				continue
+			}
+		}
+		// Nothing due: wait.		// Nothing due: wait.
 		for {
 			src, hint := l.takeWake()
 			if !hint.IsZero() && (nextAt.IsZero() || hint.Before(nextAt)) {
@@ -334,6 +346,10 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 				break
 			}
 			wait, why := l.c.cfg.PollInterval, sourcePoll
+			if waiter != waiterIdle && wait > markedRecheck {
+				// Not known to be safe to sleep: producers may not notify.
+				wait, why = markedRecheck, sourceRecheck
+			}
 			if !nextAt.IsZero() {
 				if d := time.Until(nextAt); d < wait {
 					wait, why = d, sourceScheduled
@@ -356,7 +372,7 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			}
 			break
 		}
-		if source == sourceScheduled || source == sourcePoll {
+		if source == sourceScheduled || source == sourcePoll || source == sourceRecheck {
 			nextAt = time.Time{}
 		}
 	}
@@ -382,31 +398,27 @@ func (c *Client) setWaiter(ctx context.Context, queue string, idle bool) error {
 	return nil
 }
 
-// goIdle marks the queue as waited on, then waits out producers that may
-// have checked for waiters before the mark committed. It reports whether that
-// barrier was passed; if not, the caller must look again shortly.
-func (c *Client) goIdle(ctx context.Context, queue string) (bool, error) {
-	if err := c.setWaiter(ctx, queue, true); err != nil {
-		return false, err
-	}
+// idleBarrier tries, without queueing, the queue's advisory lock that every
+// enqueue holds shared until it commits. Getting it means no producer that
+// checked for waiters before our idle mark is still in flight.
+func (c *Client) idleBarrier(ctx context.Context, queue string) (bool, error) {
 	key := sqlident.Quote(c.cfg.Schema) + "." + queue
-	delay := 500 * time.Microsecond
-	for range 6 {
+	delay := 200 * time.Microsecond
+	for i := 0; ; i++ {
 		var ok bool
 		// Never queue for the lock: a waiting exclusive request would stall
 		// every producer behind it.
 		if err := c.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
 			return false, fmt.Errorf("idle barrier: %w", err)
 		}
-		if ok {
-			return true, nil
+		if ok || i == 2 {
+			return ok, nil
 		}
 		if !sleep(ctx, delay) {
 			return false, ctx.Err()
 		}
-		delay *= 2
+		delay *= 4
 	}
-	return false, nil
 }
 
 // batch is claimed jobs with their open claim transaction.
