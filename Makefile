@@ -21,9 +21,14 @@ test:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
+# bench: Go benchmarks, then `pgwake bench` (every mode, pgwake alone),
+# then the same modes for pgwake, River and watermill-sql side by side in
+# one run (bench/peers, its own module). About 8 minutes on 2 cores. See
+# docs/benchmarks.md.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queue/
 	./$(BIN) bench
+	cd bench/peers && $(GO) run . --modes drain,latency,idle,delayed,enqueue --svg ../../bin/benchmarks-latency.svg
 
 demo: build
 	./$(BIN) demo

@@ -52,4 +52,6 @@ var (
 	DecodePayload = bench.DecodePayload
 	// Commit names the pgwake commit under measurement.
 	Commit = bench.Commit
+	// Flags defines the bench command line on a flag.FlagSet.
+	Flags = bench.Flags
 )

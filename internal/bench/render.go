@@ -28,7 +28,7 @@ func (rep Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "pgwake bench: commit %s; %s; workers %d; median of %d run(s)\n",
 		orDash(rep.Commit), orDash(rep.Server), rep.Workers, rep.Runs)
 	for _, s := range rep.Systems {
-		fmt.Fprintf(w, "  %-16s %s\n", s.Name(), s.Config())
+		fmt.Fprintf(w, "  %-18s %s\n", s.Name(), s.Config())
 	}
 	fmt.Fprintln(w)
 	rep.writeTable(w)
@@ -314,8 +314,12 @@ func (rep Report) TextChart() string {
 		if len(rows) == 0 {
 			continue
 		}
+		nameW := 0
+		for _, r := range rows {
+			nameW = max(nameW, len(r.System))
+		}
 		fmt.Fprintf(&b, "%s (log scale; [ p50, 9 p90, ] p99, M max)\n", cm.title)
-		fmt.Fprintf(&b, "%-16s %s\n", "", axisLabels(width))
+		fmt.Fprintf(&b, "%-*s %s\n", nameW, "", axisLabels(width))
 		for _, r := range rows {
 			line := []rune(strings.Repeat(" ", width))
 			for i := 0; i < width; i += 12 {
@@ -336,7 +340,7 @@ func (rep Report) TextChart() string {
 			if mx > p99 {
 				line[mx] = 'M'
 			}
-			fmt.Fprintf(&b, "%-16s %s  p50 %s p99 %s max %s ms\n", r.System, string(line), num(r.P50), num(r.P99), num(r.Max))
+			fmt.Fprintf(&b, "%-*s %s  p50 %s p99 %s max %s ms\n", nameW, r.System, string(line), num(r.P50), num(r.P99), num(r.Max))
 		}
 		b.WriteByte('\n')
 	}

@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+)
+
+// Flags defines the bench flags (modes, runs, workers, output and every
+// size) on fs, so that `pgwake bench` and the peers program take the same
+// command line. After fs.Parse, call the returned function for the
+// Options; it rejects a flag explicitly set to zero (zero means "default"
+// in Options and Sizes, which on a command line is a mistake) except
+// --scale-finished 0, which skips that case.
+func Flags(fs *flag.FlagSet) func() (Options, error) {
+	var (
+		modes string
+		o     Options
+		s     Sizes
+	)
+	d := DefaultSizes()
+	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per mode and system instead of tables")
+	fs.IntVar(&o.Runs, "runs", 1, "repeat every mode this many times and report the medians")
+	fs.IntVar(&o.Workers, "workers", 10, "jobs run at once by each system (pgwake MaxWorkers, whose default is 10)")
+	fs.StringVar(&o.SVG, "svg", "", "also write the latency chart as SVG to this file")
+	fs.IntVar(&s.DrainJobs, "jobs", d.DrainJobs, "drain: jobs pre-inserted")
+	fs.Float64Var(&s.Rate, "rate", d.Rate, "latency: jobs per second")
+	fs.DurationVar(&s.LatencyDuration, "duration", d.LatencyDuration, "latency: how long to produce")
+	fs.DurationVar(&s.IdleInterval, "idle-interval", d.IdleInterval, "idle: time between jobs")
+	fs.DurationVar(&s.IdleDuration, "idle-duration", d.IdleDuration, "idle: how long to produce")
+	fs.IntVar(&s.DelayedJobs, "delayed-jobs", d.DelayedJobs, "delayed: how many jobs")
+	fs.DurationVar(&s.DelayedSpread, "delayed-spread", d.DelayedSpread, "delayed: span of their run_after times")
+	fs.IntVar(&s.Producers, "producers", d.Producers, "enqueue: concurrent producers")
+	fs.DurationVar(&s.EnqueueDuration, "enqueue-duration", d.EnqueueDuration, "enqueue: total time, half of it on the baseline")
+	fs.IntVar(&s.ScaleSmall, "scale-small", d.ScaleSmall, "scale: the small backlog")
+	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the issue's target names 1000000)")
+	fs.IntVar(&s.ScaleFinished, "scale-finished", d.ScaleFinished, "scale: finished jobs left in the table for the third case (0 skips it)")
+	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
+	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
+	return func() (Options, error) {
+		var zero string
+		fs.Visit(func(f *flag.Flag) {
+			if v := f.Value.String(); zero == "" && f.Name != "scale-finished" && (v == "0" || v == "0s") {
+				zero = f.Name
+			}
+		})
+		if zero != "" {
+			return Options{}, fmt.Errorf("%w: --%s must be positive", ErrInvalidOptions, zero)
+		}
+		ms, err := ParseModes(modes)
+		if err != nil {
+			return Options{}, fmt.Errorf("--modes: %w", err)
+		}
+		if s.ScaleFinished == 0 {
+			s.ScaleFinished = -1
+		}
+		o.Modes, o.Sizes = ms, s
+		o.Sizes = o.Sizes.withDefaults()
+		if err := o.withDefaults().validate(); err != nil {
+			return Options{}, err
+		}
+		return o, nil
+	}
+}
