@@ -219,8 +219,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	client, err := queue.New(s.pool, queue.Config{
-		Schema:          s.cfg.Schema,
-		Queues:          map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
+		Schema: s.cfg.Schema,
+		Queues: map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
+		// One message per claim transaction: Ack commits at once, and the
+		// members of a group compete message by message.
+		MaxBatch:        1,
 		Handlers:        map[string]queue.Handler{Kind: queue.HandlerFunc(sub.handle)},
 		JobTimeout:      jobTimeout,
 		PollInterval:    s.cfg.PollInterval,

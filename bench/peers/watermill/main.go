@@ -1,0 +1,377 @@
+// Command watermill compares pgwake's Watermill Pub/Sub (events/pubsub) with
+// watermill-sql v4 on the same PostgreSQL in the same run:
+//
+//   - publish-to-handler latency (p50, p99, max) at a steady publish rate;
+//   - database load while a subscriber idles: statements per second seen by
+//     pg_stat_statements and transactions per second from pg_stat_database.
+//
+// Each system runs in a database of its own (created and dropped per run), so
+// the counters of one never include the other's. watermill-sql runs at its
+// default poll interval (1s) and at a tuned one (-tuned, 10ms by default).
+// Results are medians over -runs runs.
+//
+//	cd bench/peers && go run ./watermill                  # throwaway cluster
+//	cd bench/peers && go run ./watermill -db postgres://... # existing server
+//
+// With -db, pg_stat_statements must be in shared_preload_libraries for the
+// statements column (otherwise it reads n/a).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/events/pubsub"
+	"github.com/pgwake/pgwake/internal/pgcluster"
+	"github.com/pgwake/pgwake/migrations"
+)
+
+type options struct {
+	db       string
+	rate     int
+	duration time.Duration
+	idle     time.Duration
+	runs     int
+	tuned    time.Duration
+	top      bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.db, "db", "", "PostgreSQL URL of a superuser (default: start a throwaway cluster)")
+	flag.IntVar(&o.rate, "rate", 100, "messages published per second")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "publishing time per system and run")
+	flag.DurationVar(&o.idle, "idle", 20*time.Second, "idle window per system and run for the load figures")
+	flag.IntVar(&o.runs, "runs", 3, "runs; the report shows medians")
+	flag.DurationVar(&o.tuned, "tuned", 10*time.Millisecond, "watermill-sql's tuned poll interval")
+	flag.BoolVar(&o.top, "top", false, "log the statements each system ran while idle")
+	flag.Parse()
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// system is one Pub/Sub under test, set up in its own database.
+type system struct {
+	name  string
+	setup func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error)
+}
+
+type result struct {
+	p50, p99, max time.Duration
+	received      int
+	stmtPerSec    float64 // -1: pg_stat_statements unavailable
+	txPerSec      float64
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	url := o.db
+	if url == "" {
+		c, err := pgcluster.Start(ctx, pgcluster.Options{ExtraConf: map[string]string{
+			"shared_preload_libraries": "pg_stat_statements",
+			"pg_stat_statements.track": "all",
+		}})
+		if err != nil {
+			return err
+		}
+		defer c.Stop() //nolint:errcheck // best effort at exit
+		url = c.URL
+	}
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	_, stmtErr := admin.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	if stmtErr == nil {
+		_, stmtErr = admin.Exec(ctx, `SELECT count(*) FROM pg_stat_statements`)
+	}
+	if stmtErr != nil {
+		log.Printf("pg_stat_statements unavailable (%v): statements/s will read n/a", stmtErr)
+	}
+	var version string
+	if err := admin.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+		return err
+	}
+
+	systems := []system{
+		{"pgwake events/pubsub (LISTEN/NOTIFY, poll fallback 2s)", setupPgwake},
+		{"watermill-sql v4, poll 1s (default)", setupWatermillSQL(time.Second)},
+		{"watermill-sql v4, poll " + o.tuned.String() + " (tuned)", setupWatermillSQL(o.tuned)},
+	}
+	results := make([][]result, len(systems))
+	for r := range o.runs {
+		for i, s := range systems {
+			db := fmt.Sprintf("bench_wm_%d_%d", i, r)
+			res, err := measure(ctx, admin, url, db, s, o, stmtErr == nil)
+			if err != nil {
+				return fmt.Errorf("%s, run %d: %w", s.name, r+1, err)
+			}
+			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s idle %.1f stmt/s %.1f tx/s (%d msgs)",
+				r+1, s.name, res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond),
+				res.max.Round(10*time.Microsecond), res.stmtPerSec, res.txPerSec, res.received)
+			results[i] = append(results[i], res)
+		}
+	}
+
+	fmt.Printf("\nPostgreSQL %s; %d msg/s for %s per system; idle window %s; medians of %d runs\n\n",
+		version, o.rate, o.duration, o.idle, o.runs)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "system\tp50\tp99\tmax\tidle statements/s\tidle transactions/s\t")
+	for i, s := range systems {
+		rs := results[i]
+		stmt := "n/a"
+		if stmtErr == nil {
+			stmt = fmt.Sprintf("%.1f", median(rs, func(r result) float64 { return r.stmtPerSec }))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.1f\t\n", s.name,
+			time.Duration(median(rs, func(r result) float64 { return float64(r.p50) })).Round(10*time.Microsecond),
+			time.Duration(median(rs, func(r result) float64 { return float64(r.p99) })).Round(10*time.Microsecond),
+			time.Duration(median(rs, func(r result) float64 { return float64(r.max) })).Round(10*time.Microsecond),
+			stmt,
+			median(rs, func(r result) float64 { return r.txPerSec }))
+	}
+	return w.Flush()
+}
+
+func median(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+const topic = "bench.latency"
+
+// measure runs one system in a fresh database: idle load first (with the
+// subscriber running and nothing published), then latency at the steady rate.
+func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system, o options, stmts bool) (result, error) {
+	dbq := pgx.Identifier{db}.Sanitize()
+	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+dbq+` WITH (FORCE)`); err != nil {
+		return result{}, err
+	}
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+dbq); err != nil {
+		return result{}, err
+	}
+	defer admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+dbq+` WITH (FORCE)`) //nolint:errcheck // best effort
+
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return result{}, err
+	}
+	cfg.ConnConfig.Database = db
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return result{}, err
+	}
+	defer pool.Close()
+
+	pub, sub, err := s.setup(ctx, pool)
+	if err != nil {
+		return result{}, err
+	}
+	defer pub.Close() //nolint:errcheck // closed below; idempotent
+	defer sub.Close() //nolint:errcheck // closed below; idempotent
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := sub.Subscribe(sctx, topic)
+	if err != nil {
+		return result{}, err
+	}
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	got := make(chan struct{}, 1<<16)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for m := range ch {
+			sent, err := strconv.ParseInt(m.Metadata.Get("sent_at_ns"), 10, 64)
+			d := time.Since(time.Unix(0, sent))
+			m.Ack()
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			lat = append(lat, d)
+			mu.Unlock()
+			got <- struct{}{}
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+
+	// Warm up: one message end to end (creates watermill-sql's tables,
+	// proves the subscription runs).
+	if err := publish(pub); err != nil {
+		return result{}, err
+	}
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		return result{}, errors.New("warm-up message not received within 30s")
+	}
+	mu.Lock()
+	lat = lat[:0]
+	mu.Unlock()
+
+	// Idle load.
+	time.Sleep(2 * time.Second) // let the stats of the warm-up settle
+	st0, tx0, err := counters(ctx, admin, db, stmts)
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	time.Sleep(o.idle)
+	st1, tx1, err := counters(ctx, admin, db, stmts)
+	if err != nil {
+		return result{}, err
+	}
+	secs := time.Since(start).Seconds()
+	if o.top && stmts {
+		logTop(ctx, admin, db)
+	}
+	res := result{stmtPerSec: -1, txPerSec: float64(tx1-tx0) / secs}
+	if stmts {
+		res.stmtPerSec = float64(st1-st0) / secs
+	}
+
+	// Latency at a steady rate.
+	n := int(float64(o.rate) * o.duration.Seconds())
+	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	for range n {
+		<-tick.C
+		if err := publish(pub); err != nil {
+			tick.Stop()
+			return result{}, err
+		}
+	}
+	tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case <-got:
+		case <-deadline:
+			i = n
+		}
+	}
+	mu.Lock()
+	ls := slices.Clone(lat)
+	mu.Unlock()
+	if len(ls) < n {
+		return result{}, fmt.Errorf("received %d of %d messages", len(ls), n)
+	}
+	slices.Sort(ls)
+	res.received = len(ls)
+	res.p50 = ls[len(ls)/2]
+	res.p99 = ls[(len(ls)*99)/100]
+	res.max = ls[len(ls)-1]
+
+	cancel()
+	if err := sub.Close(); err != nil {
+		return result{}, err
+	}
+	return res, pub.Close()
+}
+
+func publish(pub message.Publisher) error {
+	payload, _ := json.Marshal(map[string]int64{"n": time.Now().UnixNano()})
+	m := message.NewMessage(watermill.NewUUID(), payload)
+	m.Metadata.Set("sent_at_ns", strconv.FormatInt(time.Now().UnixNano(), 10))
+	return pub.Publish(topic, m)
+}
+
+// counters returns the statements (pg_stat_statements calls) and transactions
+// (commits + rollbacks) recorded for database db so far. The admin pool's own
+// queries run in another database and are not counted.
+func counters(ctx context.Context, admin *pgxpool.Pool, db string, stmts bool) (st, tx int64, err error) {
+	if stmts {
+		if err := admin.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, db).Scan(&st); err != nil {
+			return 0, 0, err
+		}
+	}
+	// pg_stat_database is fed by each backend at most once a second (and by
+	// idle backends later); the idle window is long enough for that to wash out.
+	err = admin.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&tx)
+	return st, tx, err
+}
+
+// logTop logs the statements run in database db, most frequent first.
+func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
+	rows, err := admin.Query(ctx, `SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY calls DESC LIMIT 12`, db)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var calls int64
+		var q string
+		if err := rows.Scan(&calls, &q); err == nil {
+			log.Printf("  %6d  %s", calls, q)
+		}
+	}
+}
+
+func setupPgwake(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
+	if _, err := migrations.Up(ctx, pool, migrations.DefaultSchema); err != nil {
+		return nil, nil, err
+	}
+	pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, sub, sub.SubscribeInitialize(topic)
+}
+
+func setupWatermillSQL(poll time.Duration) func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
+	return func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
+		db := wmsql.BeginnerFromPgx(pool)
+		pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
+			SchemaAdapter:        wmsql.DefaultPostgreSQLSchema{},
+			AutoInitializeSchema: true,
+		}, watermill.NopLogger{})
+		if err != nil {
+			return nil, nil, err
+		}
+		sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
+			ConsumerGroup:    "bench",
+			PollInterval:     poll,
+			SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{},
+			OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
+			InitializeSchema: true,
+		}, watermill.NopLogger{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, sub, sub.SubscribeInitialize(topic)
+	}
+}
