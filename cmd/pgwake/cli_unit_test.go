@@ -1,0 +1,106 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://app:s3cret@db:5432/app?sslmode=disable": "postgres://app:xxxxx@db:5432/app?sslmode=disable",
+		"postgres://app@db/app":                             "postgres://app@db/app",
+		"postgres://db/app":                                 "postgres://db/app",
+		"host=db user=app password=s3cret dbname=app":       "host=db user=app password=xxxxx dbname=app",
+		"postgres://app:s3 cret@[bad/x":                     "postgres://xxxxx@[bad/x",
+	} {
+		got := redactURL(in)
+		require.Equal(t, want, got, in)
+		require.NotContains(t, got, "s3cret")
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second},
+		[]time.Duration{exponentialBackoff(time.Second, 1), exponentialBackoff(time.Second, 2),
+			exponentialBackoff(time.Second, 3), exponentialBackoff(time.Second, 4)})
+	require.Equal(t, 24*time.Hour, exponentialBackoff(time.Second, 1000))
+	require.Equal(t, time.Second, exponentialBackoff(time.Second, 0))
+}
+
+func TestTailBuffer(t *testing.T) {
+	t.Parallel()
+	tb := &tailBuffer{max: 10}
+	require.Equal(t, "", tb.suffix())
+	_, _ = tb.Write([]byte("  hello  \n"))
+	require.Equal(t, ": hello", tb.suffix())
+	_, _ = tb.Write([]byte("0123456789abc"))
+	require.Equal(t, ": ...3456789abc", tb.suffix())
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	var v []time.Duration
+	for i := 1; i <= 100; i++ {
+		v = append(v, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(v, 0.5))
+	require.Equal(t, 99*time.Millisecond, percentile(v, 0.99))
+	require.Equal(t, 100*time.Millisecond, percentile(v, 1))
+	require.Equal(t, time.Duration(0), percentile(nil, 0.5))
+	var b strings.Builder
+	writeHistogram(&b, v)
+	require.Contains(t, b.String(), "50ms-100ms")
+	require.Contains(t, b.String(), " 50\n")
+}
+
+func TestReorderArgs(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	fs.String("schema", "", "")
+	require.Equal(t, []string{"--json", "--schema", "s", "42", "-"},
+		reorderArgs(fs, []string{"42", "--json", "--schema", "s", "-"}))
+	require.Equal(t, []string{"--schema=s", "1", "--json"}, reorderArgs(fs, []string{"1", "--schema=s", "--", "--json"}))
+}
+
+func TestParseHandlers(t *testing.T) {
+	t.Parallel()
+	h, err := parseHandlers([]string{"a=exec:echo a=b", "b.c=exec:true"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": "echo a=b", "b.c": "true"}, h)
+	for _, bad := range [][]string{nil, {"a"}, {"=exec:x"}, {"a=exec:"}, {"a=http://x"}, {"a=exec:x", "a=exec:y"}, {"a b=exec:x"}} {
+		_, err := parseHandlers(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// FuzzReadBatch: any input either parses into jobs with a kind or is
+// rejected with an error; it never panics.
+func FuzzReadBatch(f *testing.F) {
+	f.Add(`{"kind":"a","payload":{"x":1}}` + "\n" + `{"kind":"b","delay":"1s","run_after":"2030-01-01T00:00:00Z"}`)
+	f.Add(`{"payload":null}`)
+	f.Add("\n\n{}\n")
+	f.Add(`{"kind":"a","delay":"-1s"}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		jobs, err := readBatch(strings.NewReader(in), queue.NewJob{Kind: "dflt"})
+		if err != nil {
+			return
+		}
+		for _, j := range jobs {
+			if j.Kind == "" {
+				t.Fatalf("job without kind from %q", in)
+			}
+			if j.Delay < 0 {
+				t.Fatalf("negative delay from %q", in)
+			}
+		}
+	})
+}
