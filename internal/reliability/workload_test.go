@@ -48,13 +48,13 @@ const (
 // Job modes: what the handler does with a job.
 const (
 	modeOK          = "ok"
-	modeFailFirst   = "fail_first"   // the first attempt fails after writing its effect
-	modeFailAlways  = "fail_always"  // every attempt fails; the job ends failed
-	failAlwaysLimit = 2              // max attempts of fail_always jobs
-	okMaxAttempts   = 50             // high: connection faults may fail attempts of ok jobs
-	jobKind         = "work"         // the kind every workload job has
-	keyPrefix       = "j-"           // unique keys are j-<index>
-	effectsTable    = "effects"      // the handler's writes
+	modeFailFirst   = "fail_first"  // the first attempt fails after writing its effect
+	modeFailAlways  = "fail_always" // every attempt fails; the job ends failed
+	failAlwaysLimit = 2             // max attempts of fail_always jobs
+	okMaxAttempts   = 50            // high: connection faults may fail attempts of ok jobs
+	jobKind         = "work"        // the kind every workload job has
+	keyPrefix       = "j-"          // unique keys are j-<index>
+	effectsTable    = "effects"     // the handler's writes
 	workQueue       = queue.DefaultQueue
 )
 
