@@ -95,8 +95,8 @@ func helperMain() int {
 func startForwarder(t *testing.T, e *env) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", "PGWAKE_TEST_URL="+e.pool.Config().ConnString(),
-		"PGWAKE_TEST_SCHEMA="+e.schema, "PGWAKE_TEST_SLOT="+e.slot)
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "PGWAKE_TEST_URL="+e.Pool.Config().ConnString(),
+		"PGWAKE_TEST_SCHEMA="+e.Schema, "PGWAKE_TEST_SLOT="+e.Slot)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
@@ -128,15 +128,15 @@ func TestForwarderKilledRepeatedlyLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	// The publication has the name the helper derives from the slot.
-	e.pub = e.slot + "_pub"
-	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("received")+` (seq bigserial PRIMARY KEY, event_id bigint NOT NULL, job_id bigint NOT NULL, lsn text NOT NULL)`)
+	e.Pub = e.Slot + "_pub"
+	_, err := e.Pool.Exec(ctx, `CREATE TABLE `+e.Table("received")+` (seq bigserial PRIMARY KEY, event_id bigint NOT NULL, job_id bigint NOT NULL, lsn text NOT NULL)`)
 	require.NoError(t, err)
 	n := killJobs(t)
 
 	// The first forwarder creates the slot; the jobs start after it.
 	fw := startForwarder(t, e)
-	c := e.queueClient(8)
-	stopQueue := e.runQueue(c)
+	c := e.QueueClient(8)
+	stopQueue := e.RunQueue(c)
 	enqueued := make(chan error, 1)
 	go func() {
 		for i := 0; i < n; i += 100 {
@@ -153,7 +153,7 @@ func TestForwarderKilledRepeatedlyLosesNothing(t *testing.T) {
 		enqueued <- nil
 	}()
 
-	received := func() int { return e.count(`SELECT count(*) FROM ` + e.table("received")) }
+	received := func() int { return e.Count(`SELECT count(*) FROM ` + e.Table("received")) }
 	kills := 0
 	for round := 0; round < 6; round++ {
 		// Kill it while it forwards: after some more events went through.
@@ -165,29 +165,29 @@ func TestForwarderKilledRepeatedlyLosesNothing(t *testing.T) {
 		fw = startForwarder(t, e)
 	}
 	require.NoError(t, <-enqueued)
-	waitFor(t, 120*time.Second, "jobs finished", func() bool { return e.pendingJobs() == 0 })
+	waitFor(t, 120*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 0 })
 	stopQueue()
 
 	// The last forwarder catches up; then everything is in the sink.
 	var total int
 	waitFor(t, 120*time.Second, "every event forwarded", func() bool {
-		total = e.count(`SELECT count(*) FROM ` + e.table("events"))
-		return e.count(`SELECT count(DISTINCT event_id) FROM `+e.table("received")+` r WHERE EXISTS (SELECT 1 FROM `+e.table("events")+` v WHERE v.id = r.event_id)`) == total
+		total = e.Count(`SELECT count(*) FROM ` + e.Table("events"))
+		return e.Count(`SELECT count(DISTINCT event_id) FROM `+e.Table("received")+` r WHERE EXISTS (SELECT 1 FROM `+e.Table("events")+` v WHERE v.id = r.event_id)`) == total
 	})
 	require.NoError(t, fw.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, fw.Wait(), "the forwarder stops cleanly on SIGTERM")
 
 	// Deduplicated by event id, the sink equals the events table.
-	require.Equal(t, 0, e.count(`SELECT count(*) FROM (SELECT event_id FROM `+e.table("received")+` EXCEPT SELECT id FROM `+e.table("events")+`) x`), "events that are not in the table")
-	require.Equal(t, 0, e.count(`SELECT count(*) FROM (SELECT id FROM `+e.table("events")+` EXCEPT SELECT event_id FROM `+e.table("received")+`) x`), "events never forwarded")
+	require.Equal(t, 0, e.Count(`SELECT count(*) FROM (SELECT event_id FROM `+e.Table("received")+` EXCEPT SELECT id FROM `+e.Table("events")+`) x`), "events that are not in the table")
+	require.Equal(t, 0, e.Count(`SELECT count(*) FROM (SELECT id FROM `+e.Table("events")+` EXCEPT SELECT event_id FROM `+e.Table("received")+`) x`), "events never forwarded")
 	require.Equal(t, 2*n, total)
 	// Per job, first deliveries are in event id (= commit) order.
-	require.Equal(t, 0, e.count(`
-WITH firsts AS (SELECT event_id, job_id, min(seq) AS seq FROM `+e.table("received")+` GROUP BY 1, 2)
+	require.Equal(t, 0, e.Count(`
+WITH firsts AS (SELECT event_id, job_id, min(seq) AS seq FROM `+e.Table("received")+` GROUP BY 1, 2)
 SELECT count(*) FROM (SELECT event_id, lag(event_id) OVER (PARTITION BY job_id ORDER BY seq) AS prev FROM firsts) x WHERE prev > event_id`))
 	deliveries := received()
 	t.Logf("%d jobs, %d events, %d deliveries (%d duplicates) across %d SIGKILLs", n, total, deliveries, deliveries-total, kills)
-	mismatches, err := events.Verify(ctx, e.pool, e.schema)
+	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
 	require.NoError(t, err)
 	require.Empty(t, mismatches)
 }

@@ -2,8 +2,6 @@ package events_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,32 +9,7 @@ import (
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
-	"github.com/pgwake/pgwake/queue"
 )
-
-// produce enqueues small batches of jobs until stop is called; errors (a
-// server restarting) are retried. It returns how many batches went in.
-func (e *env) produce(c *queue.Client) (stop func() int64) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		jobs := make([]queue.NewJob, 10)
-		for i := range jobs {
-			jobs[i] = queue.NewJob{Kind: "ok"}
-		}
-		for ctx.Err() == nil {
-			if _, err := c.EnqueueMany(ctx, jobs); err == nil {
-				n.Add(1)
-			}
-			select {
-			case <-time.After(5 * time.Millisecond):
-			case <-ctx.Done():
-			}
-		}
-	})
-	return func() int64 { cancel(); wg.Wait(); return n.Load() }
-}
 
 // interruptions runs the queue and a producer while interrupt breaks the
 // stream's connection rounds times, then checks that every event arrived.
@@ -46,31 +19,31 @@ func interruptions(t *testing.T, e *env, rounds int, interrupt func(round int)) 
 	sub, err := ps.Subscribe(ctx, "pgwake.events")
 	require.NoError(t, err)
 	col := collect(t, sub)
-	s, stopStream := e.runStream(e.config(ps))
-	c := e.queueClient(4)
-	stopQueue := e.runQueue(c)
-	stopProducer := e.produce(c)
+	s, stopStream := e.RunStream(e.Config(ps))
+	c := e.QueueClient(4)
+	stopQueue := e.RunQueue(c)
+	stopProducer := e.Produce(c)
 
 	for round := 0; round < rounds; round++ {
 		// Let some events flow in this session first.
-		before := len(col.snapshot())
-		waitFor(t, 60*time.Second, "events flowing", func() bool { return len(col.snapshot()) > before+50 })
+		before := len(col.Snapshot())
+		waitFor(t, 60*time.Second, "events flowing", func() bool { return len(col.Snapshot()) > before+50 })
 		sessions := s.Sessions()
 		interrupt(round)
 		waitFor(t, 60*time.Second, "stream reconnected", func() bool { return s.Sessions() > sessions })
 	}
 	batches := stopProducer()
 	require.Positive(t, batches)
-	waitFor(t, 90*time.Second, "jobs finished", func() bool { return e.pendingJobs() == 0 })
+	waitFor(t, 90*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 0 })
 	stopQueue()
-	table := e.waitDelivered(col, 60*time.Second)
+	table := e.WaitDelivered(col, 60*time.Second)
 	stopStream()
 	require.NoError(t, ps.Close())
-	<-col.done
-	got := col.snapshot()
+	<-col.Done
+	got := col.Snapshot()
 	checkDelivery(t, got, table)
 	t.Logf("%d events in the table, %d deliveries over %d sessions", len(table), len(got), s.Sessions())
-	mismatches, err := events.Verify(ctx, e.pool, e.schema)
+	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
 	require.NoError(t, err)
 	require.Empty(t, mismatches)
 }
@@ -80,8 +53,8 @@ func TestStreamSurvivesTerminatedWalsender(t *testing.T) {
 	e := newEnv(t)
 	interruptions(t, e, 3, func(int) {
 		var n int
-		require.NoError(t, e.pool.QueryRow(context.Background(),
-			`SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot).Scan(&n))
+		require.NoError(t, e.Pool.QueryRow(context.Background(),
+			`SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.Slot).Scan(&n))
 		require.Equal(t, 1, n, "the walsender was running")
 	})
 }
@@ -99,6 +72,6 @@ func TestStreamSurvivesPostgresRestart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		require.NoError(t, cluster.Restart(ctx, modes[round]))
-		e.pool.Reset() // drop the dead connections at once
+		e.Pool.Reset() // drop the dead connections at once
 	})
 }

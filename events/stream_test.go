@@ -11,26 +11,6 @@ import (
 	"github.com/pgwake/pgwake/queue"
 )
 
-// waitDelivered waits until every event of the table arrived.
-func (e *env) waitDelivered(col *collector, d time.Duration) map[int64]events.Event {
-	e.t.Helper()
-	var table map[int64]events.Event
-	waitFor(e.t, d, "all events delivered", func() bool {
-		table = e.tableEvents()
-		seen := map[int64]bool{}
-		for _, r := range col.snapshot() {
-			seen[r.ev.ID] = true
-		}
-		for id := range table {
-			if !seen[id] {
-				return false
-			}
-		}
-		return true
-	})
-	return table
-}
-
 func TestStreamDeliversCommittedEventsInCommitOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -39,11 +19,11 @@ func TestStreamDeliversCommittedEventsInCommitOrder(t *testing.T) {
 	sub, err := ps.Subscribe(ctx, "pgwake.events")
 	require.NoError(t, err)
 	col := collect(t, sub)
-	s, stopStream := e.runStream(e.config(ps))
+	s, stopStream := e.RunStream(e.Config(ps))
 
-	c := e.queueClient(4)
+	c := e.QueueClient(4)
 	// A rolled-back transaction's events never appear.
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.Pool.Begin(ctx)
 	require.NoError(t, err)
 	for i := 0; i < 5; i++ {
 		_, err := c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "ok"})
@@ -66,28 +46,28 @@ func TestStreamDeliversCommittedEventsInCommitOrder(t *testing.T) {
 	err = c.Cancel(ctx, delayed.ID)
 	require.NoError(t, err)
 
-	stopQueue := e.runQueue(c)
-	waitFor(t, 60*time.Second, "jobs finished", func() bool { return e.pendingJobs() == 0 })
+	stopQueue := e.RunQueue(c)
+	waitFor(t, 60*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 0 })
 	stopQueue()
 
-	table := e.waitDelivered(col, 60*time.Second)
-	got := col.snapshot()
+	table := e.WaitDelivered(col, 60*time.Second)
+	got := col.Snapshot()
 	checkDelivery(t, got, table)
 	// One session, no redelivery: exactly once, and commit LSNs never go back.
 	require.Len(t, got, len(table))
 	for i := 1; i < len(got); i++ {
-		require.LessOrEqual(t, got[i-1].lsn, got[i].lsn, "commit order")
+		require.LessOrEqual(t, got[i-1].LSN, got[i].LSN, "commit order")
 	}
 	// 321 jobs enqueued + cancelled job's 2 + 300 succeeded + 20*(3) fails.
 	require.Equal(t, 321+1+300+1+1+20*3, len(table))
 
 	// The acknowledged position passes the last event's commit.
-	waitFor(t, 30*time.Second, "ack past the last event", func() bool { return uint64(s.Acked()) > got[len(got)-1].lsn })
+	waitFor(t, 30*time.Second, "ack past the last event", func() bool { return uint64(s.Acked()) > got[len(got)-1].LSN })
 	stopStream()
 	require.NoError(t, ps.Close())
-	<-col.done
+	<-col.Done
 
-	mismatches, err := events.Verify(ctx, e.pool, e.schema)
+	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
 	require.NoError(t, err)
 	require.Empty(t, mismatches)
 }

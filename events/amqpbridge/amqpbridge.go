@@ -1,0 +1,66 @@
+// Package amqpbridge publishes pgwake events to RabbitMQ (AMQP 0.9.1)
+// through watermill-amqp: a Watermill message.Publisher for
+// events.Config.Publisher with publisher confirms on, so the stream
+// acknowledges a WAL position only once the broker took the events.
+//
+// Topology: each topic is a durable fanout exchange of that name; messages
+// are persistent. Bind your queues to it (watermill-amqp's durable pub/sub
+// subscriber does that for you).
+package amqpbridge
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Config configures NewPublisher. URL is required.
+type Config struct {
+	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/.
+	URL string
+	// Logger gets watermill's logs. Default none.
+	Logger watermill.LoggerAdapter
+}
+
+// ErrUnreachable is returned when the broker cannot be reached.
+var ErrUnreachable = errors.New("amqpbridge: AMQP broker unreachable")
+
+// PubSubConfig is the watermill-amqp configuration the publisher uses:
+// durable fanout exchange per topic, persistent messages, confirmed
+// publishes on one pooled channel (which keeps their order). Subscribers
+// can start from it too (set Queue.GenerateName).
+func PubSubConfig(url string) wmamqp.Config {
+	c := wmamqp.NewDurablePubSubConfig(url, nil)
+	c.Publish.ConfirmDelivery = true
+	c.Publish.ChannelPoolSize = 1
+	return c
+}
+
+// NewPublisher connects to the broker and returns a publisher. Close it to
+// close the connection.
+func NewPublisher(cfg Config) (message.Publisher, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("amqpbridge: URL is empty")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	pub, err := wmamqp.NewPublisher(PubSubConfig(cfg.URL), cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v; is RabbitMQ running and are the credentials right?", ErrUnreachable, redact(cfg.URL), err)
+	}
+	return pub, nil
+}
+
+// redact hides the password of an AMQP URL.
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
+}

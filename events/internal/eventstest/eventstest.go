@@ -1,0 +1,290 @@
+// Package eventstest holds the test helpers of package events and its
+// bridges: a migrated schema per test with its slot and publication dropped
+// at cleanup, a running stream and queue, and a collector of delivered
+// messages with the delivery checks.
+package eventstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// env is one test's schema (migrated), and the slot and publication named
+// after it. Cleanup drops the slot and the publication.
+type Env struct {
+	T      *testing.T
+	Pool   *pgxpool.Pool
+	Schema string
+	Slot   string
+	Pub    string
+}
+
+func NewEnv(t *testing.T) *Env {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(t, err)
+	e := &Env{T: t, Pool: pool, Schema: schema, Slot: schema + "_slot", Pub: schema + "_pub"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := events.DropSlot(ctx, pool, e.Slot, true); err != nil && !isNotFound(err) {
+			t.Errorf("dropping slot %s: %v", e.Slot, err)
+		}
+		if err := events.DropPublication(ctx, pool, e.Pub); err != nil {
+			t.Errorf("dropping publication: %v", err)
+		}
+	})
+	return e
+}
+
+func isNotFound(err error) bool { return errors.Is(err, events.ErrSlotNotFound) }
+
+func (e *Env) Table(name string) string { return sqlident.Quote(e.Schema, name) }
+
+func (e *Env) Config(pub message.Publisher) events.Config {
+	return events.Config{Schema: e.Schema, Slot: e.Slot, Publication: e.Pub, Publisher: pub,
+		StatusInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, MaxBackoff: time.Second}
+}
+
+// runStream runs a stream until the test ends (or stop is called) and waits
+// until it streams.
+func (e *Env) RunStream(cfg events.Config) (s *events.Stream, stop func()) {
+	e.T.Helper()
+	s, err := events.New(e.Pool, cfg)
+	require.NoError(e.T, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(e.T, err)
+			case <-time.After(60 * time.Second):
+				e.T.Error("Stream.Run did not return within 60s of cancel")
+			}
+		})
+	}
+	e.T.Cleanup(stop)
+	WaitFor(e.T, 60*time.Second, "stream streaming", func() bool {
+		select {
+		case err := <-done:
+			e.T.Fatalf("Stream.Run returned early: %v", err)
+		default:
+		}
+		return s.Sessions() > 0
+	})
+	return s, stop
+}
+
+// queueClient returns a queue client on the env's schema whose "ok" jobs
+// succeed and "bad" jobs always fail (MaxAttempts decides how often).
+func (e *Env) QueueClient(workers int) *queue.Client {
+	e.T.Helper()
+	c, err := queue.New(e.Pool, queue.Config{
+		Schema:       e.Schema,
+		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: workers}, "other": {MaxWorkers: 2}},
+		PollInterval: 200 * time.Millisecond,
+		Backoff:      func(int) time.Duration { return time.Millisecond },
+		Handlers: map[string]queue.Handler{
+			"ok":  queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil }),
+			"bad": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return fmt.Errorf("always fails") }),
+		},
+	})
+	require.NoError(e.T, err)
+	return c
+}
+
+// runQueue runs c until the test ends.
+func (e *Env) RunQueue(c *queue.Client) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(e.T, err)
+			case <-time.After(60 * time.Second):
+				e.T.Error("queue Run did not return within 60s")
+			}
+		})
+	}
+	e.T.Cleanup(stop)
+	return stop
+}
+
+func (e *Env) Count(sql string, args ...any) int {
+	e.T.Helper()
+	var n int
+	require.NoError(e.T, e.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (e *Env) PendingJobs() int {
+	return e.Count(`SELECT count(*) FROM ` + e.Table("jobs") + ` WHERE state = 'pending'`)
+}
+
+// tableEvents returns every event of the table by id.
+func (e *Env) TableEvents() map[int64]events.Event {
+	e.T.Helper()
+	out := map[int64]events.Event{}
+	err := events.Read(context.Background(), e.Pool, e.Schema, events.From{}, func(ev events.Event) error {
+		out[ev.ID] = ev
+		return nil
+	})
+	require.NoError(e.T, err)
+	return out
+}
+
+// collector receives messages of a subscription, decodes and acks them.
+type Collector struct {
+	mu   sync.Mutex
+	msgs []Received
+	Done chan struct{}
+}
+
+type Received struct {
+	Ev  events.Event
+	LSN uint64
+}
+
+func Collect(t *testing.T, ch <-chan *message.Message) *Collector {
+	c := &Collector{Done: make(chan struct{})}
+	go func() {
+		defer close(c.Done)
+		for msg := range ch {
+			ev, err := events.Decode(msg.Payload)
+			if err != nil {
+				t.Errorf("decode: %v", err)
+			}
+			id, err := events.MessageEventID(msg)
+			if err != nil || id != ev.ID {
+				t.Errorf("message event id %d (%v) != payload id %d", id, err, ev.ID)
+			}
+			lsn, err := events.MessageLSN(msg)
+			if err != nil {
+				t.Errorf("lsn: %v", err)
+			}
+			c.mu.Lock()
+			c.msgs = append(c.msgs, Received{ev, uint64(lsn)})
+			c.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return c
+}
+
+func (c *Collector) Snapshot() []Received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Received(nil), c.msgs...)
+}
+
+// checkDelivery asserts: every table event arrived at least once, nothing
+// arrived that the table lacks, LSNs never go back except at a redelivery
+// (a restart), and per job the first deliveries are in id order.
+func CheckDelivery(t *testing.T, got []Received, table map[int64]events.Event) {
+	t.Helper()
+	seen := map[int64]bool{}
+	lastPerJob := map[int64]int64{}
+	for _, r := range got {
+		want, ok := table[r.Ev.ID]
+		require.True(t, ok, "event %d arrived but is not in the table (rolled back?)", r.Ev.ID)
+		require.Equal(t, want.JobID, r.Ev.JobID)
+		require.Equal(t, want.Type, r.Ev.Type)
+		require.True(t, want.At.Equal(r.Ev.At), "event %d at %v, table %v", r.Ev.ID, r.Ev.At, want.At)
+		if seen[r.Ev.ID] {
+			continue
+		}
+		seen[r.Ev.ID] = true
+		require.Greater(t, r.Ev.ID, lastPerJob[r.Ev.JobID], "job %d: event %d after %d", r.Ev.JobID, r.Ev.ID, lastPerJob[r.Ev.JobID])
+		lastPerJob[r.Ev.JobID] = r.Ev.ID
+	}
+	var missing []int64
+	for id := range table {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
+	require.Empty(t, missing, "events never delivered (of %d)", len(table))
+}
+
+func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDelivered waits until every event of the table arrived.
+func (e *Env) WaitDelivered(col *Collector, d time.Duration) map[int64]events.Event {
+	e.T.Helper()
+	var table map[int64]events.Event
+	WaitFor(e.T, d, "all events delivered", func() bool {
+		table = e.TableEvents()
+		seen := map[int64]bool{}
+		for _, r := range col.Snapshot() {
+			seen[r.Ev.ID] = true
+		}
+		for id := range table {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	return table
+}
+
+// produce enqueues small batches of jobs until stop is called; errors (a
+// server restarting) are retried. It returns how many batches went in.
+func (e *Env) Produce(c *queue.Client) (stop func() int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		jobs := make([]queue.NewJob, 10)
+		for i := range jobs {
+			jobs[i] = queue.NewJob{Kind: "ok"}
+		}
+		for ctx.Err() == nil {
+			if _, err := c.EnqueueMany(ctx, jobs); err == nil {
+				n.Add(1)
+			}
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	})
+	return func() int64 { cancel(); wg.Wait(); return n.Load() }
+}

@@ -1,0 +1,101 @@
+// Package natsbridge publishes pgwake events to NATS JetStream through
+// watermill-nats: a Watermill message.Publisher for events.Config.Publisher
+// that waits for JetStream's acknowledgement of every message (so the
+// stream acknowledges a WAL position only once the broker stored the
+// events) and sets Nats-Msg-Id to the message UUID, which is derived from
+// the event id: JetStream drops a re-published event within its duplicate
+// window.
+package natsbridge
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+)
+
+// Config configures NewPublisher. URL is required.
+type Config struct {
+	// URL of the NATS server, e.g. nats://127.0.0.1:4222.
+	URL string
+	// Stream is the JetStream stream that stores the events; it is created
+	// with Subjects if it does not exist. Default "PGWAKE_EVENTS".
+	Stream string
+	// Subjects the stream captures. They must cover every topic the
+	// events.Config.Topic function returns. Default ["pgwake.events",
+	// "pgwake.events.>"] (events.SingleTopic, TopicPerType and TopicPerQueue
+	// with the default prefix).
+	Subjects []string
+	// ConnectTimeout bounds the first connection. Default 5s.
+	ConnectTimeout time.Duration
+	// Logger gets watermill's logs. Default none.
+	Logger watermill.LoggerAdapter
+}
+
+// ErrUnreachable is returned when the NATS server cannot be reached.
+var ErrUnreachable = errors.New("natsbridge: NATS server unreachable")
+
+// ErrNoJetStream is returned when the server does not have JetStream on.
+var ErrNoJetStream = errors.New("natsbridge: JetStream is not available")
+
+// NewPublisher connects to NATS, makes sure the stream exists and returns a
+// publisher. Close it to close the connection.
+func NewPublisher(cfg Config) (message.Publisher, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("natsbridge: URL is empty")
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = "PGWAKE_EVENTS"
+	}
+	if len(cfg.Subjects) == 0 {
+		cfg.Subjects = []string{"pgwake.events", "pgwake.events.>"}
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, cfg.URL, err)
+	}
+	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+		Marshaler:         &wmnats.NATSMarshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		JetStream:         wmnats.JetStreamConfig{TrackMsgId: true},
+	}, cfg.Logger)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("natsbridge: %w", err)
+	}
+	return pub, nil
+}
+
+// EnsureStream creates the JetStream stream with subjects unless a stream of
+// that name exists.
+func EnsureStream(nc *nats.Conn, stream string, subjects []string) error {
+	js, err := nc.JetStream()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoJetStream, err)
+	}
+	if _, err := js.StreamInfo(stream); err == nil {
+		return nil
+	} else if errors.Is(err, nats.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrJetStreamNotEnabledForAccount) {
+		return fmt.Errorf("%w on %s: start nats-server with -js", ErrNoJetStream, nc.ConnectedUrlRedacted())
+	} else if !errors.Is(err, nats.ErrStreamNotFound) {
+		return fmt.Errorf("natsbridge: stream %s: %w", stream, err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: stream, Subjects: subjects}); err != nil {
+		return fmt.Errorf("natsbridge: creating stream %s for %v: %w", stream, subjects, err)
+	}
+	return nil
+}
