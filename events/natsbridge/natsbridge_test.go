@@ -1,0 +1,109 @@
+package natsbridge_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/events/internal/eventstest"
+	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// natsURL is $PGWAKE_TEST_NATS_URL or the local server.
+func natsURL() string {
+	if u := os.Getenv("PGWAKE_TEST_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+func randomName() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func TestStreamToJetStreamInCommitOrder(t *testing.T) {
+	t.Parallel()
+	e := eventstest.NewEnv(t)
+	ctx := context.Background()
+	prefix := "pgwake_test_" + randomName()
+	stream := strings.ToUpper(prefix)
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".>"}})
+	require.NoError(t, err)
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = js.DeleteStream(stream)
+		nc.Close()
+	})
+
+	cfg := e.Config(pub)
+	cfg.Topic = events.TopicPerQueue(prefix) // one subject per queue
+	_, stopStream := e.RunStream(cfg)
+	c := e.QueueClient(4)
+	var jobs []queue.NewJob
+	for i := 0; i < 200; i++ {
+		q := "default"
+		if i%4 == 0 {
+			q = "other"
+		}
+		jobs = append(jobs, queue.NewJob{Kind: "ok", Queue: q})
+	}
+	jobs = append(jobs, queue.NewJob{Kind: "bad", MaxAttempts: 2})
+	_, err = c.EnqueueMany(ctx, jobs)
+	require.NoError(t, err)
+	stopQueue := e.RunQueue(c)
+	eventstest.WaitFor(t, 60*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 0 })
+	stopQueue()
+	table := e.TableEvents()
+	require.Len(t, table, 201+200+2)
+
+	// Read the JetStream stream from the start, in stream order.
+	sub, err := js.SubscribeSync(prefix+".>", nats.OrderedConsumer(), nats.DeliverAll())
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	var got []eventstest.Received
+	seen := map[int64]bool{}
+	for len(seen) < len(table) {
+		msg, err := sub.NextMsg(30 * time.Second)
+		require.NoError(t, err, "%d of %d events arrived", len(seen), len(table))
+		ev, err := events.Decode(msg.Data)
+		require.NoError(t, err)
+		require.Equal(t, prefix+"."+ev.Queue, msg.Subject)
+		require.Equal(t, events.MessageUUID(e.Schema, ev.ID), msg.Header.Get(nats.MsgIdHdr))
+		lsn, err := pglogreplParse(msg.Header.Get(events.MetaLSN))
+		require.NoError(t, err)
+		got = append(got, eventstest.Received{Ev: ev, LSN: lsn})
+		seen[ev.ID] = true
+	}
+	stopStream()
+	eventstest.CheckDelivery(t, got, table)
+}
+
+func TestUnreachableServer(t *testing.T) {
+	t.Parallel()
+	_, err := natsbridge.NewPublisher(natsbridge.Config{URL: "nats://127.0.0.1:1", ConnectTimeout: time.Second})
+	require.ErrorIs(t, err, natsbridge.ErrUnreachable)
+	require.Contains(t, err.Error(), "nats://127.0.0.1:1")
+}
+
+func pglogreplParse(s string) (uint64, error) {
+	lsn, err := pglogrepl.ParseLSN(s)
+	return uint64(lsn), err
+}
