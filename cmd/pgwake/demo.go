@@ -508,12 +508,13 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 		"start":     "first look after start",
 		"resync":    "the listener (re)connected",
 		"released":  "a claim of this process rolled back, freeing jobs",
+		"recheck":   "a short second look while a producer may have skipped its NOTIFY",
 	}
 	var total float64
 	for _, v := range claims {
 		total += v
 	}
-	order := []string{"notify", "busy", "scheduled", "poll", "start", "resync", "released"}
+	order := []string{"notify", "busy", "scheduled", "poll", "start", "resync", "released", "recheck"}
 	var extra []string
 	for src := range claims {
 		if !contains(order, src) {

@@ -379,6 +379,15 @@ func TestMetricsReferenceMatchesCode(t *testing.T) {
 	}
 	sort.Strings(missing)
 	require.Empty(t, missing, "metrics defined in code but missing from docs/metrics.md")
+
+	// Every claim source (the "source" label) is explained.
+	src, err := os.ReadFile(filepath.Join(repoRoot, "queue/worker.go"))
+	require.NoError(t, err)
+	sources := regexp.MustCompile(`(?m)^\s*source[A-Z]\w*\s*=\s*"(\w+)"`).FindAllStringSubmatch(string(src), -1)
+	require.NotEmpty(t, sources)
+	for _, m := range sources {
+		require.Contains(t, string(b), "`"+m[1]+"` (", "docs/metrics.md does not explain claim source %q", m[1])
+	}
 }
 
 // TestCLIReferenceCoversCommands checks docs/cli.md has a section for every
