@@ -370,8 +370,10 @@ func (rep Report) SVG() string {
 	}
 	var body strings.Builder
 	y := 30.0
-	fmt.Fprintf(&body, `<text x="10" y="18" font-size="13" font-weight="bold">pgwake bench: latency per system (commit %s, %s)</text>`+"\n",
-		esc(orDash(rep.Commit)), esc(orDash(rep.Server)))
+	fmt.Fprintf(&body, `<text x="10" y="18" font-size="13" font-weight="bold">pgwake bench: latency per system</text>`+"\n")
+	fmt.Fprintf(&body, `<text x="10" y="32" font-size="10">pgwake commit %s; %s; median of %d run(s)</text>`+"\n",
+		esc(orDash(rep.Commit)), esc(orDash(rep.Server)), rep.Runs)
+	y += 10
 	palette := []string{"#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"}
 	colour := map[string]string{}
 	for i, s := range rep.Systems {
