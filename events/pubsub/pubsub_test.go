@@ -444,3 +444,23 @@ func TestConfigErrors(t *testing.T) {
 	_, err = pubsub.NewPublisher(pool, pubsub.PublisherConfig{Schema: "x;y"})
 	require.ErrorIs(t, err, pubsub.ErrInvalidConfig)
 }
+
+func TestAckTimeoutRedelivers(t *testing.T) {
+	t.Parallel()
+	pool, schema := newSchema(t)
+	pub := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema})
+	sub := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, AckTimeout: 200 * time.Millisecond, CloseTimeout: 50 * time.Millisecond, NackBackoff: -1})
+	ch, err := sub.Subscribe(context.Background(), "t")
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("t", message.NewMessage("slow", nil)))
+	m := receive(t, ch, wait)
+	select {
+	case <-m.Context().Done(): // the ack timeout cancelled it
+	case <-time.After(wait):
+		t.Fatal("message context not cancelled after AckTimeout")
+	}
+	again := receive(t, ch, wait)
+	require.Equal(t, "slow", again.UUID)
+	require.True(t, again.Ack())
+	waitFor(t, wait, "job succeeded", func() bool { return countJobs(t, pool, schema, "state = 'succeeded' AND attempts = 2") == 1 })
+}
