@@ -31,6 +31,7 @@ group:
     2 KiB of stderr become the job's error (retried with backoff until
     max attempts, then failed);
   - stdout and stderr are copied to the worker's stdout and stderr;
+  - the command inherits the worker's environment and working directory;
   - when the attempt's timeout (--job-timeout, or --kind-timeout for the
     kind) runs out, the whole process group is killed (SIGKILL).
 A job of a kind with no --handler fails its attempt ("no handler registered").
