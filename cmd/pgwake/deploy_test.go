@@ -416,7 +416,7 @@ func TestCLIReference(t *testing.T) {
 		head, _, ok := strings.Cut(doc, "\n## pgwake ")
 		require.True(t, ok, "docs/cli.md has no command section to start from")
 		var sb strings.Builder
-		sb.WriteString(head)
+		sb.WriteString(strings.TrimRight(head, "\n") + "\n")
 		order := append([]string(nil), ownCommands...)
 		for _, n := range commandNames() {
 			if !contains(order, n) {
