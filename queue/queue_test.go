@@ -613,3 +613,37 @@ func TestLogsNeverContainPayloads(t *testing.T) {
 		require.NotContains(t, text, secret)
 	}
 }
+
+func TestHandlerThatSwallowsADatabaseErrorFails(t *testing.T) {
+	t.Parallel()
+	var schema string
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {}},
+		PollInterval: time.Minute,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		Handlers: map[string]queue.Handler{"sloppy": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if err := effect(ctx, tx, schema, j); err != nil {
+				return err
+			}
+			_, _ = tx.Exec(ctx, `SELECT 1/0`) // error ignored
+			return nil
+		}), "ok": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return effect(ctx, tx, schema, j)
+		})},
+	})
+	schema = e.schema
+	e.run()
+	ctx := context.Background()
+	// In one batch with a healthy job: only the sloppy one fails.
+	res, err := e.c.EnqueueMany(ctx, []queue.NewJob{{Kind: "ok"}, {Kind: "sloppy"}, {Kind: "ok"}})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "outcomes", func() bool {
+		return e.count(`state = 'succeeded'`) == 2 && e.count(`attempts = 1 AND state = 'pending'`) == 1
+	})
+	var lastErr string
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT last_error FROM `+e.table("jobs")+` WHERE id = $1`, res[1].ID).Scan(&lastErr))
+	require.Contains(t, lastErr, "handler returned nil but a statement it ran in the claim transaction failed")
+	counts := e.effectCounts()
+	require.Equal(t, map[int64]int{res[0].ID: 1, res[2].ID: 1}, counts, "the sloppy job's write rolled back")
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
@@ -421,10 +423,25 @@ func (c *Client) idleBarrier(ctx context.Context, queue string) (bool, error) {
 	}
 }
 
-// batch is claimed jobs with their open claim transaction.
+// batch is claimed jobs with their open claim transaction, on a connection
+// held from the pool until the transaction ends.
 type batch struct {
+	conn *pgxpool.Conn
 	tx   pgx.Tx
 	jobs []claimedJob
+}
+
+// release ends the transaction (rolling back if still open) and returns the
+// connection to the pool, which discards it if it is not idle.
+func (b *batch) release() {
+	if b.conn == nil {
+		return
+	}
+	if b.conn.Conn().PgConn().TxStatus() != 'I' {
+		rollback(b.tx)
+	}
+	b.conn.Release()
+	b.conn = nil
 }
 
 type claimedJob struct {
@@ -432,46 +449,51 @@ type claimedJob struct {
 	wait time.Duration // from due to claim
 }
 
-// claim begins a transaction and locks up to n due jobs of queue. With no job
-// due it returns nil and the time of the queue's earliest delayed job (zero
-// if none).
+// claim begins a transaction and locks up to n due jobs of queue, in one
+// round trip. With no job due it returns nil and the time of the queue's
+// earliest delayed job (zero if none).
 func (c *Client) claim(ctx context.Context, queue string, n int) (*batch, time.Time, error) {
-	tx, err := c.pool.Begin(ctx)
+	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("begin claim: %w", err)
+		return nil, time.Time{}, fmt.Errorf("acquire connection: %w", err)
 	}
-	rows, err := tx.Query(ctx, c.sql.claim, queue, n)
-	if err != nil {
-		rollback(tx)
-		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
-	}
-	b := &batch{tx: tx}
-	for rows.Next() {
-		var cj claimedJob
-		j := &cj.job
-		var prio int16
-		var attempts, maxAttempts int32
-		var waitSec float64
-		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
-			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec); err != nil {
-			rows.Close()
-			rollback(tx)
-			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	b := &batch{conn: conn}
+	pb := &pgx.Batch{}
+	pb.BeginTx(pgx.TxOptions{})
+	pb.Queue(c.sql.claim, queue, n).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var cj claimedJob
+			j := &cj.job
+			var prio int16
+			var attempts, maxAttempts int32
+			var waitSec float64
+			if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
+				&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec); err != nil {
+				return err
+			}
+			j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
+			cj.wait = time.Duration(waitSec * float64(time.Second))
+			b.jobs = append(b.jobs, cj)
 		}
-		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
-		cj.wait = time.Duration(waitSec * float64(time.Second))
-		b.jobs = append(b.jobs, cj)
-	}
-	if err := rows.Err(); err != nil {
-		rollback(tx)
+		return rows.Err()
+	})
+	br := conn.Conn().SendBatch(ctx, pb)
+	b.tx = br.Tx()
+	if err := br.Close(); err != nil {
+		b.release()
 		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
 	}
 	if len(b.jobs) > 0 {
 		return b, time.Time{}, nil
 	}
+	// Nothing due: end the transaction and ask for the earliest delayed job
+	// in one more round trip.
 	var ms *float64
-	err = tx.QueryRow(ctx, c.sql.next, queue).Scan(&ms)
-	rollback(tx)
+	nb := &pgx.Batch{}
+	nb.Queue(c.sql.next, queue).QueryRow(func(row pgx.Row) error { return row.Scan(&ms) })
+	nb.Queue("ROLLBACK")
+	err = conn.Conn().SendBatch(ctx, nb).Close()
+	b.release()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("find next delayed job: %w", err)
 	}
@@ -498,6 +520,10 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v\n%s", e.Value, e.Stack) }
+
+// ErrTxAborted fails an attempt whose handler returned nil although a
+// statement it ran in the claim transaction failed (leaving it aborted).
+var ErrTxAborted = errors.New("handler returned nil but a statement it ran in the claim transaction failed; its writes were rolled back")
 
 // ErrJobTimeout is wrapped by the error of an attempt that ran out of time.
 var ErrJobTimeout = errors.New("job timed out")
@@ -536,6 +562,11 @@ func (c *Client) runBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 		start := time.Now()
 		herr := c.runHandler(hardCtx, jtx, j)
 		dur := time.Since(start)
+		if herr == nil && b.conn.Conn().PgConn().TxStatus() == 'E' {
+			// The handler swallowed a database error: its writes did not
+			// happen, so the attempt failed.
+			herr = ErrTxAborted
+		}
 		l.observe(dur)
 		if herr == nil {
 			succeeded = append(succeeded, done{j, dur})
@@ -549,7 +580,7 @@ func (c *Client) runBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 			// The transaction is unusable (a timeout broke the connection,
 			// say): record this failure on its own; the rest of the batch
 			// rolls back and will be claimed again.
-			rollback(b.tx)
+			b.release()
 			broken = true
 			octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
 			state, in, err = c.failFollowUp(octx, j, herr)
@@ -568,7 +599,7 @@ func (c *Client) runBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 	}
 	if !broken {
 		octx, cancel := context.WithTimeout(hardCtx, 30*time.Second)
-		err := c.complete(octx, b.tx, ids)
+		err := c.complete(octx, b, ids)
 		cancel()
 		if err == nil {
 			for _, d := range succeeded {
@@ -593,7 +624,7 @@ func (c *Client) runBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 		}
 		return
 	}
-	rollback(b.tx)
+	b.release()
 	for _, d := range succeeded {
 		c.metrics.observe(d.j, outcomeCommitError, d.dur)
 	}
@@ -648,16 +679,23 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 	return err
 }
 
-// complete marks jobs succeeded in the claim transaction and commits.
-func (c *Client) complete(ctx context.Context, tx pgx.Tx, ids []int64) error {
+// complete marks jobs succeeded in the claim transaction and commits, in one
+// round trip, then returns the connection to the pool.
+func (c *Client) complete(ctx context.Context, b *batch, ids []int64) error {
+	defer b.release()
+	pb := &pgx.Batch{}
 	if len(ids) > 0 {
-		if _, err := tx.Exec(ctx, c.sql.succeed, ids); err != nil {
-			rollback(tx)
-			return fmt.Errorf("mark succeeded: %w", err)
-		}
+		pb.Queue(c.sql.succeed, ids)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	var tag pgconn.CommandTag
+	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	err := b.conn.Conn().SendBatch(ctx, pb).Close()
+	if err != nil {
+		return fmt.Errorf("mark succeeded and commit: %w", err)
+	}
+	// A COMMIT of an aborted transaction answers ROLLBACK without an error.
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("commit: the transaction was aborted (server answered %q)", tag.String())
 	}
 	return nil
 }
