@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
@@ -19,7 +20,10 @@ func interruptions(t *testing.T, e *env, rounds int, interrupt func(round int)) 
 	sub, err := ps.Subscribe(ctx, "pgwake.events")
 	require.NoError(t, err)
 	col := collect(t, sub)
-	s, stopStream := e.RunStream(e.Config(ps))
+	reg := prometheus.NewRegistry()
+	cfg := e.Config(ps)
+	cfg.Registerer = reg
+	s, stopStream := e.RunStream(cfg)
 	c := e.QueueClient(4)
 	stopQueue := e.RunQueue(c)
 	stopProducer := e.Produce(c)
@@ -43,6 +47,9 @@ func interruptions(t *testing.T, e *env, rounds int, interrupt func(round int)) 
 	got := col.Snapshot()
 	checkDelivery(t, got, table)
 	t.Logf("%d events in the table, %d deliveries over %d sessions", len(table), len(got), s.Sessions())
+	// Metrics: every delivery counted, every interruption a reconnect.
+	require.Equal(t, float64(len(got)), metricSum(t, reg, "pgwake_events_published_total"))
+	require.GreaterOrEqual(t, metricSum(t, reg, "pgwake_events_reconnects_total"), float64(rounds))
 	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
 	require.NoError(t, err)
 	require.Empty(t, mismatches)
@@ -74,4 +81,21 @@ func TestStreamSurvivesPostgresRestart(t *testing.T) {
 		require.NoError(t, cluster.Restart(ctx, modes[round]))
 		e.Pool.Reset() // drop the dead connections at once
 	})
+}
+
+// metricSum sums the counter and gauge samples of a metric family.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }

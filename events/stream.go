@@ -236,7 +236,7 @@ func CheckServer(ctx context.Context, pool *pgxpool.Pool, role string) error {
 
 // EnsurePublication creates publication (inserts only) on <schema>.events
 // unless it exists, and checks that it covers the table. Creating it needs
-// ownership of the table (or superuser).
+// CREATE on the database and ownership of the table (or superuser).
 func EnsurePublication(ctx context.Context, pool *pgxpool.Pool, schema, publication string) error {
 	if err := sqlident.Validate("publication name", publication, 0); err != nil {
 		return fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
@@ -269,7 +269,7 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 			return nil
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-			return fatal{fmt.Errorf("%w: cannot create it (%s); run as the table's owner or a superuser: %s", ErrPublication, pgErr.Message, create)}
+			return fatal{fmt.Errorf("%w: cannot create it (%s); creating a publication needs CREATE on the database and ownership of the table (or superuser); have such a role run: %s", ErrPublication, pgErr.Message, create)}
 		}
 		return fmt.Errorf("events: %s: %w", create, err)
 	}
