@@ -74,10 +74,11 @@ type system struct {
 }
 
 type result struct {
-	p50, p99, max time.Duration
-	received      int
-	stmtPerSec    float64 // -1: pg_stat_statements unavailable
-	txPerSec      float64
+	p50, p99, max  time.Duration
+	pubP50, pubP99 time.Duration // the Publish call alone
+	received       int
+	stmtPerSec     float64 // -1: pg_stat_statements unavailable
+	txPerSec       float64
 }
 
 func run(o options) error {
@@ -124,9 +125,10 @@ func run(o options) error {
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, r+1, err)
 			}
-			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s idle %.1f stmt/s %.1f tx/s (%d msgs)",
+			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s publish p50 %-10s p99 %-10s idle %.1f stmt/s %.1f tx/s (%d msgs)",
 				r+1, s.name, res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond),
-				res.max.Round(10*time.Microsecond), res.stmtPerSec, res.txPerSec, res.received)
+				res.max.Round(10*time.Microsecond), res.pubP50.Round(10*time.Microsecond), res.pubP99.Round(10*time.Microsecond),
+				res.stmtPerSec, res.txPerSec, res.received)
 			results[i] = append(results[i], res)
 		}
 	}
@@ -134,17 +136,22 @@ func run(o options) error {
 	fmt.Printf("\nPostgreSQL %s; %d msg/s for %s per system; idle window %s; medians of %d runs\n\n",
 		version, o.rate, o.duration, o.idle, o.runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "system\tp50\tp99\tmax\tidle statements/s\tidle transactions/s\t")
+	fmt.Fprintln(w, "system\tp50\tp99\tmax\tPublish call p50\tPublish call p99\tidle statements/s\tidle transactions/s\t")
 	for i, s := range systems {
 		rs := results[i]
 		stmt := "n/a"
 		if stmtErr == nil {
 			stmt = fmt.Sprintf("%.1f", median(rs, func(r result) float64 { return r.stmtPerSec }))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.1f\t\n", s.name,
-			time.Duration(median(rs, func(r result) float64 { return float64(r.p50) })).Round(10*time.Microsecond),
-			time.Duration(median(rs, func(r result) float64 { return float64(r.p99) })).Round(10*time.Microsecond),
-			time.Duration(median(rs, func(r result) float64 { return float64(r.max) })).Round(10*time.Microsecond),
+		dur := func(f func(r result) time.Duration) time.Duration {
+			return time.Duration(median(rs, func(r result) float64 { return float64(f(r)) })).Round(10 * time.Microsecond)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t\n", s.name,
+			dur(func(r result) time.Duration { return r.p50 }),
+			dur(func(r result) time.Duration { return r.p99 }),
+			dur(func(r result) time.Duration { return r.max }),
+			dur(func(r result) time.Duration { return r.pubP50 }),
+			dur(func(r result) time.Duration { return r.pubP99 }),
 			stmt,
 			median(rs, func(r result) float64 { return r.txPerSec }))
 	}
@@ -261,14 +268,19 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 	// Latency at a steady rate.
 	n := int(float64(o.rate) * o.duration.Seconds())
 	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	pubDur := make([]time.Duration, 0, n)
 	for range n {
 		<-tick.C
+		t0 := time.Now()
 		if err := publish(pub); err != nil {
 			tick.Stop()
 			return result{}, err
 		}
+		pubDur = append(pubDur, time.Since(t0))
 	}
 	tick.Stop()
+	slices.Sort(pubDur)
+	res.pubP50, res.pubP99 = pubDur[len(pubDur)/2], pubDur[(len(pubDur)*99)/100]
 	deadline := time.After(30 * time.Second)
 	for i := 0; i < n; i++ {
 		select {
