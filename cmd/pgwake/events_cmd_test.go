@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+func TestEventsCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = events.DropPublication(context.Background(), pool, schema+"_events") })
+
+	// tail on a temporary slot prints the events committed after it started.
+	p := startPgwake(t, "events", "tail", "--schema", schema)
+	p.waitStderr(regexp.MustCompile(`streaming events`))
+	c, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = c.EnqueueMany(ctx, []queue.NewJob{{Kind: "a"}, {Kind: "b", Queue: "q2"}, {Kind: "c"}})
+	require.NoError(t, err)
+	var lines []string
+	deadline := time.Now().Add(60 * time.Second)
+	for len(lines) < 3 && time.Now().Before(deadline) {
+		lines = strings.Fields(p.stdout.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Len(t, lines, 3, "stderr: %s", p.stderr.String())
+	for i, l := range lines {
+		ev, err := events.Decode([]byte(l))
+		require.NoError(t, err)
+		require.Equal(t, events.TypeEnqueued, ev.Type)
+		require.Equal(t, string(rune('a'+i)), ev.Kind)
+	}
+	p.signal(syscall.SIGINT)
+	require.Equal(t, 0, p.wait())
+	// The temporary slot goes away with the tail's walsender.
+	left := func() (names []string) {
+		slots, err := events.Slots(ctx, pool)
+		require.NoError(t, err)
+		for _, s := range slots {
+			if strings.HasPrefix(s.Name, schema) {
+				names = append(names, s.Name)
+			}
+		}
+		return names
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(left()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Empty(t, left(), "temporary slot left behind")
+
+	// replay reads the table.
+	out := mustRun(t, "", "events", "replay", "--schema", schema)
+	require.Equal(t, lines, strings.Fields(out))
+	first, err := events.Decode([]byte(lines[0]))
+	require.NoError(t, err)
+	out = mustRun(t, "", "events", "replay", "--schema", schema, "--after-id", itoa(first.ID), "--since", "1h")
+	require.Equal(t, lines[1:], strings.Fields(out))
+
+	require.Contains(t, mustRun(t, "", "events", "verify", "--schema", schema), "ok:")
+	require.Contains(t, mustRun(t, "", "events", "prune", "--schema", schema, "--older-than", "1h"), "deleted 0 events")
+
+	// slots and drop-slot.
+	slot := schema + "_x"
+	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	require.NoError(t, err)
+	require.Contains(t, mustRun(t, "", "events", "slots"), slot)
+	require.Contains(t, mustRun(t, "", "events", "drop-slot", "--slot", slot), "dropped slot "+slot)
+	r := pgwake(t, "", "events", "drop-slot", "--slot", slot)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "not found")
+}
+
+func TestEventsCommandErrors(t *testing.T) {
+	t.Parallel()
+	r := pgwake(t, "", "events", "drop-slot", "--slot", "Bad-Name")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "invalid replication slot name")
+	r = pgwake(t, "", "events", "forward", "--to", "kafka://x")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "nats:// or amqp://")
+	r = pgwake(t, "", "events", "forward", "--to", "nats://127.0.0.1:1")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "NATS server unreachable")
+	r = pgwake(t, "", "events", "forward", "--to", "amqp://guest:pw@127.0.0.1:1/")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "AMQP broker unreachable")
+	require.NotContains(t, r.stderr, "pw@")
+	r = pgwake(t, "", "events", "replay", "--since", "yesterday")
+	require.Equal(t, 2, r.code)
+	r = pgwake(t, "", "events", "nope")
+	require.Equal(t, 2, r.code)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
