@@ -125,7 +125,7 @@ func TestWorkerExecHandlers(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
 	require.NoError(t, err)
 	waitFor(t, "the timed-out command's grandchild to be gone", func() bool {
-		return syscall.Kill(pid, 0) == syscall.ESRCH
+		return processGone(pid)
 	})
 
 	j = waitState(t, schema, unknownID, "failed")
@@ -186,7 +186,7 @@ func TestWorkerSecondSignalStopsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
 	require.NoError(t, err)
-	waitFor(t, "the handler's process to be killed", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+	waitFor(t, "the handler's process to be killed", func() bool { return processGone(pid) })
 	// The claim transaction died with the connection: the job is pending, no
 	// attempt counted, and claimable (its row lock is gone).
 	waitFor(t, "the claim's row lock to be released", func() bool {
@@ -504,4 +504,52 @@ func TestDemoWithoutServerBinaries(t *testing.T) {
 	require.Contains(t, r.stderr, "pgwake demo: no database URL given")
 	require.Contains(t, r.stderr, "apt-get install postgresql")
 	require.Contains(t, r.stderr, "docker compose up")
+}
+
+func TestWorkerKilledTakesItsCommandAlong(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	id := enqueueID(t, "", "--schema", schema, "--kind", "stuck")
+	w := startPgwake(t, "worker", "--schema", schema, "--metrics-addr", "off",
+		"--handler", fmt.Sprintf(`stuck=exec:echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 600`, pidFile, pidFile, pidFile))
+	var pid int
+	waitFor(t, "the handler to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	w.signal(syscall.SIGKILL)
+	w.wait()
+	// Linux: the command gets SIGKILL when pgwake dies (Pdeathsig).
+	waitFor(t, "the handler's process to die with the worker", func() bool { return processGone(pid) })
+	waitFor(t, "the claim to roll back", func() bool {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), `SELECT count(*) FROM (SELECT id FROM `+
+			sqlident.Quote(schema, "jobs")+` WHERE id = $1 FOR UPDATE SKIP LOCKED) s`, id).Scan(&n))
+		return n == 1
+	})
+	j := getJob(t, schema, id)
+	require.Equal(t, "pending", j.state)
+	require.Equal(t, 0, j.attempts)
+}
+
+// processGone reports whether pid has exited (a zombie nobody reaped counts
+// as gone: in a container, PID 1 may not reap orphans).
+func processGone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) STATE ...; comm may hold spaces, so look after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }

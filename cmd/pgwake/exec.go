@@ -66,7 +66,7 @@ func (p *procGroups) killAll() {
 // Handle implements queue.Handler.
 func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
 	cmd := exec.Command("sh", "-c", h.command)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = handlerSysProcAttr()
 	cmd.Stdin = bytes.NewReader(job.Payload)
 	cmd.Env = append(os.Environ(),
 		"PGWAKE_JOB_ID="+strconv.FormatInt(job.ID, 10),

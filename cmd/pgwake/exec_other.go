@@ -1,0 +1,12 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// handlerSysProcAttr puts a handler command in its own process group (so a
+// timeout can kill it with everything it started, and a terminal's Ctrl-C
+// reaches only pgwake).
+func handlerSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
