@@ -136,10 +136,23 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED`,
 
 		// Milliseconds until the queue's earliest future job, NULL if none.
+		// The claim index is ordered by priority first, so walk the queue's
+		// distinct priorities (one index probe each) and take the earliest
+		// future run_after of each: a few probes instead of a second index
+		// on every enqueue.
 		next: `
-SELECT extract(epoch FROM min(run_after) - clock_timestamp()) * 1000
-FROM ` + jobs + `
-WHERE state = 'pending' AND queue = $1 AND run_after > now()`,
+WITH RECURSIVE p(priority) AS (
+	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM ` + jobs + ` j
+		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
+	FROM p WHERE p.priority IS NOT NULL
+)
+SELECT extract(epoch FROM min((
+	SELECT j.run_after FROM ` + jobs + ` j
+	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
+	ORDER BY j.run_after LIMIT 1)) - clock_timestamp()) * 1000
+FROM p WHERE p.priority IS NOT NULL`,
 
 		succeed: `
 WITH j AS (

@@ -647,3 +647,35 @@ func TestHandlerThatSwallowsADatabaseErrorFails(t *testing.T) {
 	require.Equal(t, map[int64]int{res[0].ID: 1, res[2].ID: 1}, counts, "the sloppy job's write rolled back")
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
+
+// The worker's timer comes from the database when no notification told it:
+// jobs enqueued before it started, across several priorities.
+func TestWorkerTimerFromDatabaseAcrossPriorities(t *testing.T) {
+	t.Parallel()
+	ran := make(chan int64, 10)
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {}},
+		PollInterval: time.Minute,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			ran <- j.ID
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Priority: 0, Delay: time.Hour})
+	require.NoError(t, err)
+	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Priority: -5, Delay: 2 * time.Hour})
+	require.NoError(t, err)
+	soon, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Priority: 7, Delay: time.Second})
+	require.NoError(t, err)
+	start := time.Now()
+	e.run()
+	select {
+	case id := <-ran:
+		require.Equal(t, soon.ID, id)
+		require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
+	case <-time.After(45 * time.Second): // the poll would take 60s
+		t.Fatal("delayed job did not run on the database-derived timer")
+	}
+	require.Zero(t, e.metric("pgwake_worker_claims_total", map[string]string{"source": "poll"}))
+}

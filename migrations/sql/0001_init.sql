@@ -50,7 +50,3 @@ CREATE TABLE {{schema}}.events (
 
 CREATE INDEX events_job_idx ON {{schema}}.events (job_id, id);
 CREATE INDEX events_at_idx ON {{schema}}.events (at);
-
--- The earliest future run_after of a queue, for the worker's timer.
-CREATE INDEX jobs_scheduled_idx ON {{schema}}.jobs (queue, run_after)
-    WHERE state = 'pending';
