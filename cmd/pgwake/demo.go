@@ -73,8 +73,8 @@ type demoOptions struct {
 func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	var o demoOptions
-	fs.IntVar(&o.jobs, "jobs", 2000, "how many jobs to enqueue")
-	fs.Float64Var(&o.rate, "rate", 250, "jobs enqueued per second")
+	fs.IntVar(&o.jobs, "jobs", 1500, "how many jobs to enqueue")
+	fs.Float64Var(&o.rate, "rate", 100, "jobs enqueued per second")
 	fs.IntVar(&o.concurrency, "concurrency", 8, "workers for queue default (critical gets half)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz while the demo runs; \"off\" to disable")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up if the jobs have not all finished by then")
