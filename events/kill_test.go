@@ -54,6 +54,15 @@ func helperMain() int {
 	url, schema, slot := os.Getenv("PGWAKE_TEST_URL"), os.Getenv("PGWAKE_TEST_SCHEMA"), os.Getenv("PGWAKE_TEST_SLOT")
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
+	// Exit when the test binary is gone (killed by a timeout, say).
+	parent := os.Getppid()
+	go func() {
+		for range time.Tick(200 * time.Millisecond) {
+			if os.Getppid() != parent {
+				os.Exit(3)
+			}
+		}
+	}()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,7 +101,13 @@ func helperMain() int {
 	return 0
 }
 
-func startForwarder(t *testing.T, e *env) *exec.Cmd {
+// forwarder is a running helper process.
+type forwarder struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startForwarder(t *testing.T, e *env) *forwarder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "PGWAKE_TEST_URL="+e.Pool.Config().ConnString(),
@@ -101,11 +116,28 @@ func startForwarder(t *testing.T, e *env) *exec.Cmd {
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
+	// Never leave a forwarder behind, whatever happens to the test.
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
 	buf := make([]byte, 6)
 	_, err = out.Read(buf)
 	require.NoError(t, err, "forwarder did not start")
 	require.Equal(t, "ready\n", string(buf))
-	return cmd
+	return &forwarder{cmd: cmd, exited: exited}
+}
+
+// stop signals the forwarder and waits for it to exit.
+func (f *forwarder) stop(t *testing.T, sig syscall.Signal) {
+	require.NoError(t, f.cmd.Process.Signal(sig))
+	select {
+	case <-f.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the forwarder did not exit within 60s")
+	}
 }
 
 // killJobs is the number of jobs of the kill test: $PGWAKE_EVENTS_KILL_JOBS,
@@ -159,8 +191,7 @@ func TestForwarderKilledRepeatedlyLosesNothing(t *testing.T) {
 		// Kill it while it forwards: after some more events went through.
 		before := received()
 		waitFor(t, 60*time.Second, "events forwarded", func() bool { return received() > before+20*(1+rand.IntN(10)) })
-		require.NoError(t, fw.Process.Signal(syscall.SIGKILL))
-		_ = fw.Wait()
+		fw.stop(t, syscall.SIGKILL)
 		kills++
 		fw = startForwarder(t, e)
 	}
@@ -174,8 +205,8 @@ func TestForwarderKilledRepeatedlyLosesNothing(t *testing.T) {
 		total = e.Count(`SELECT count(*) FROM ` + e.Table("events"))
 		return e.Count(`SELECT count(DISTINCT event_id) FROM `+e.Table("received")+` r WHERE EXISTS (SELECT 1 FROM `+e.Table("events")+` v WHERE v.id = r.event_id)`) == total
 	})
-	require.NoError(t, fw.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, fw.Wait(), "the forwarder stops cleanly on SIGTERM")
+	fw.stop(t, syscall.SIGTERM)
+	require.True(t, fw.cmd.ProcessState.Success(), "the forwarder stops cleanly on SIGTERM: %v", fw.cmd.ProcessState)
 
 	// Deduplicated by event id, the sink equals the events table.
 	require.Equal(t, 0, e.Count(`SELECT count(*) FROM (SELECT event_id FROM `+e.Table("received")+` EXCEPT SELECT id FROM `+e.Table("events")+`) x`), "events that are not in the table")

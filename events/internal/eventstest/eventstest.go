@@ -29,14 +29,14 @@ import (
 // env is one test's schema (migrated), and the slot and publication named
 // after it. Cleanup drops the slot and the publication.
 type Env struct {
-	T      *testing.T
+	T      testing.TB
 	Pool   *pgxpool.Pool
 	Schema string
 	Slot   string
 	Pub    string
 }
 
-func NewEnv(t *testing.T) *Env {
+func NewEnv(t testing.TB) *Env {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
@@ -172,7 +172,7 @@ type Received struct {
 	LSN uint64
 }
 
-func Collect(t *testing.T, ch <-chan *message.Message) *Collector {
+func Collect(t testing.TB, ch <-chan *message.Message) *Collector {
 	c := &Collector{Done: make(chan struct{})}
 	go func() {
 		defer close(c.Done)
@@ -207,7 +207,7 @@ func (c *Collector) Snapshot() []Received {
 // checkDelivery asserts: every table event arrived at least once, nothing
 // arrived that the table lacks, LSNs never go back except at a redelivery
 // (a restart), and per job the first deliveries are in id order.
-func CheckDelivery(t *testing.T, got []Received, table map[int64]events.Event) {
+func CheckDelivery(t testing.TB, got []Received, table map[int64]events.Event) {
 	t.Helper()
 	seen := map[int64]bool{}
 	lastPerJob := map[int64]int64{}
@@ -234,7 +234,7 @@ func CheckDelivery(t *testing.T, got []Received, table map[int64]events.Event) {
 	require.Empty(t, missing, "events never delivered (of %d)", len(table))
 }
 
-func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -1,0 +1,136 @@
+package events_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/events/internal/eventstest"
+	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// benchStream measures the stream's catch-up speed: b.N events committed
+// one per transaction (like a job's succeeded event) while no consumer ran,
+// then the stream started and timed until it acknowledged the last one.
+func benchStream(b *testing.B, pub message.Publisher) {
+	e := eventstest.NewEnv(b)
+	ctx := context.Background()
+	_, err := e.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.Slot)
+	require.NoError(b, err)
+	require.NoError(b, events.EnsurePublication(ctx, e.Pool, e.Schema, e.Pub))
+	// One transaction per event, committed server-side.
+	_, err = e.Pool.Exec(ctx, `CREATE PROCEDURE `+e.Table("bench_fill")+`(n int) LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1..n LOOP
+		INSERT INTO `+e.Table("events")+` (job_id, type, queue, kind, attempt) VALUES (i, 'succeeded', 'default', 'bench', 1);
+		COMMIT;
+	END LOOP;
+END $$`)
+	require.NoError(b, err)
+	_, err = e.Pool.Exec(ctx, `CALL `+e.Table("bench_fill")+`($1)`, b.N)
+	require.NoError(b, err)
+	var target string
+	require.NoError(b, e.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&target))
+	end, err := pglogrepl.ParseLSN(target)
+	require.NoError(b, err)
+
+	cfg := e.Config(pub)
+	cfg.StatusInterval = time.Second
+	s, err := events.New(e.Pool, cfg)
+	require.NoError(b, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { done <- s.Run(runCtx) }()
+	eventstest.WaitFor(b, 10*time.Minute, "stream caught up", func() bool { return s.Acked() >= end })
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	require.NoError(b, <-done)
+	var lag int64
+	require.NoError(b, e.Pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1`, e.Slot).Scan(&lag))
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(lag), "lag-bytes")
+}
+
+func BenchmarkStreamGoChannel(b *testing.B) {
+	ps := events.NewGoChannel(nil)
+	defer ps.Close()
+	sub, err := ps.Subscribe(context.Background(), "pgwake.events")
+	require.NoError(b, err)
+	go func() {
+		for m := range sub {
+			m.Ack()
+		}
+	}()
+	benchStream(b, ps)
+}
+
+func BenchmarkStreamNATS(b *testing.B) {
+	url := os.Getenv("PGWAKE_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	stream := "PGWAKE_BENCH_EVENTS"
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{"pgwake.bench.events"}})
+	require.NoError(b, err)
+	defer pub.Close()
+	ps := &topicOverride{pub: pub, topic: "pgwake.bench.events"}
+	benchStream(b, ps)
+	purgeNATSStream(b, url, stream)
+}
+
+// topicOverride publishes everything to one topic.
+type topicOverride struct {
+	pub   message.Publisher
+	topic string
+}
+
+func (t *topicOverride) Publish(_ string, msgs ...*message.Message) error {
+	return t.pub.Publish(t.topic, msgs...)
+}
+func (t *topicOverride) Close() error { return nil }
+
+// BenchmarkQueueJobs is the queue's own throughput on the same machine, for
+// comparison: b.N jobs enqueued in batches, then drained by 8 workers; each
+// job writes two events (enqueued, succeeded).
+func BenchmarkQueueJobs(b *testing.B) {
+	e := eventstest.NewEnv(b)
+	ctx := context.Background()
+	c := e.QueueClient(8)
+	jobs := make([]queue.NewJob, 1000)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "ok"}
+	}
+	for i := 0; i < b.N; i += len(jobs) {
+		_, err := c.EnqueueMany(ctx, jobs[:min(len(jobs), b.N-i)])
+		require.NoError(b, err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	stop := e.RunQueue(c)
+	eventstest.WaitFor(b, 10*time.Minute, "jobs done", func() bool { return e.PendingJobs() == 0 })
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64(2*b.N)/elapsed.Seconds(), "events/s")
+}
+
+func purgeNATSStream(b *testing.B, url, stream string) {
+	nc, err := nats.Connect(url)
+	require.NoError(b, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(b, err)
+	_ = js.DeleteStream(stream)
+}
