@@ -92,10 +92,16 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	select {
 	case err = <-waitDone:
 	case <-ctx.Done():
+		select {
+		case err = <-waitDone:
+			// It finished just as time ran out: its exit status stands.
+			return h.result(err, tail)
+		default:
+		}
 		// Kill the whole group: sh and whatever it started.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		select {
-		case err = <-waitDone:
+		case <-waitDone:
 		case <-time.After(5 * time.Second):
 			// Something outside the group holds the pipes; give up on it.
 		}
@@ -105,6 +111,11 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 		}
 		return fmt.Errorf("command killed (process group %d): %w%s", pid, cause, tail.suffix())
 	}
+	return h.result(err, tail)
+}
+
+// result turns the command's exit into the attempt's outcome.
+func (h *execHandler) result(err error, tail *tailBuffer) error {
 	if err == nil {
 		return nil
 	}

@@ -174,14 +174,14 @@ func printStatsTable(w io.Writer, st []queueStats) error {
 		_, err := fmt.Fprintln(w, "no jobs pending, failed or finished in the last minute")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tSCHEDULED\tRUNNING\tFAILED\tDONE/1m\tOLDEST\t")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tSCHEDULED\tRUNNING\tFAILED\tDONE/1m\tOLDEST")
 	for _, s := range st {
 		oldest := "-"
 		if s.Pending > 0 {
 			oldest = roundDuration(time.Duration(s.OldestPendingAgeSec * float64(time.Second))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.Queue, s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Queue, s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest)
 	}
 	return tw.Flush()
 }
