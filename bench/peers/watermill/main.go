@@ -295,6 +295,10 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 	if len(ls) < n {
 		return result{}, fmt.Errorf("received %d of %d messages", len(ls), n)
 	}
+	if o.top && stmts {
+		log.Printf("statements after the latency phase (cumulative):")
+		logTop(ctx, admin, db)
+	}
 	slices.Sort(ls)
 	res.received = len(ls)
 	res.p50 = ls[len(ls)/2]
