@@ -553,3 +553,19 @@ func processGone(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
+
+func TestStatsWatch(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	enqueueID(t, "", "--schema", schema, "--kind", "k")
+	p := startPgwake(t, "stats", "--watch", "--interval", "100ms", "--json", "--schema", schema)
+	waitFor(t, "two refreshes", func() bool { return strings.Count(p.stdout.String(), "\n") >= 2 })
+	p.signal(syscall.SIGINT)
+	require.Equal(t, 0, p.wait())
+	for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
+		var doc statsDoc
+		require.NoError(t, json.Unmarshal([]byte(line), &doc), line)
+		require.Len(t, doc.Queues, 1)
+		require.EqualValues(t, 1, doc.Queues[0].Pending)
+	}
+}
