@@ -264,6 +264,10 @@ func runCommand(c command, args []string, stdin io.Reader, stdout, stderr io.Wri
 	case errors.Is(err, errHelp):
 		return 0
 	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "pgwake %s: interrupted\n", c.name)
+		return 130
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "pgwake %s: %s (see `pgwake %s --help`)\n", c.name, oneLine(ue.msg), c.name)
