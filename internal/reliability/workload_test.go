@@ -378,18 +378,19 @@ func (p *producers) enqueueReliably(ctx context.Context, how int, idx []int) err
 		time.Sleep(backoff)
 		backoff = min(backoff*2, time.Second)
 		// The failed call may have committed: keep only the keys not there.
-		idx, err = p.missing(ctx, idx)
+		left, err := p.missing(ctx, idx)
 		for err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			time.Sleep(backoff)
 			backoff = min(backoff*2, time.Second)
-			idx, err = p.missing(ctx, idx)
+			left, err = p.missing(ctx, idx)
 		}
-		if len(idx) == 0 {
+		if len(left) == 0 {
 			return nil
 		}
+		idx = left
 	}
 }
 
