@@ -272,7 +272,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			return
 		case l.slots <- struct{}{}:
 		}
-		batch, next, err := l.c.claim(ctx, l.queue, l.batchSize())
+		// Batch only when saturated: while other slots are free, jobs run in
+		// parallel, one per transaction.
+		n := 1
+		if len(l.slots) == cap(l.slots) {
+			n = l.batchSize()
+		}
+		batch, next, err := l.c.claim(ctx, l.queue, n)
 		if err != nil {
 			<-l.slots
 			if ctx.Err() != nil {
