@@ -134,3 +134,65 @@ func purgeNATSStream(b *testing.B, url, stream string) {
 	require.NoError(b, err)
 	_ = js.DeleteStream(stream)
 }
+
+// BenchmarkQueueWithStream runs the queue at full speed (as
+// BenchmarkQueueJobs) while the stream forwards its events into the Go
+// channel: does the stream keep up? It reports the queue's jobs/s and the
+// stream's events/s (the jobs' succeeded events, until the last was
+// acknowledged), the slot lag when the queue finished, and how long the
+// stream needed after that to catch up.
+func BenchmarkQueueWithStream(b *testing.B) {
+	e := eventstest.NewEnv(b)
+	ctx := context.Background()
+	ps := events.NewGoChannel(nil)
+	defer ps.Close()
+	sub, err := ps.Subscribe(ctx, "pgwake.events")
+	require.NoError(b, err)
+	go func() {
+		for m := range sub {
+			m.Ack()
+		}
+	}()
+	cfg := e.Config(ps)
+	cfg.StatusInterval = time.Second
+	s, _ := e.RunStream(cfg)
+	c := e.QueueClient(8)
+	jobs := make([]queue.NewJob, 1000)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "ok"}
+	}
+	for i := 0; i < b.N; i += len(jobs) {
+		_, err := c.EnqueueMany(ctx, jobs[:min(len(jobs), b.N-i)])
+		require.NoError(b, err)
+	}
+	// As in BenchmarkQueueJobs the clock starts with the jobs in the table,
+	// and the stream has forwarded their enqueued events.
+	waitAcked(b, e, s)
+	b.ResetTimer()
+	start := time.Now()
+	stop := e.RunQueue(c)
+	eventstest.WaitFor(b, 10*time.Minute, "jobs done", func() bool { return e.PendingJobs() == 0 })
+	queueDone := time.Since(start)
+	var target string
+	var lag int64
+	require.NoError(b, e.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, (SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1)`, e.Slot).Scan(&target, &lag))
+	end, err := pglogrepl.ParseLSN(target)
+	require.NoError(b, err)
+	eventstest.WaitFor(b, 10*time.Minute, "stream caught up", func() bool { return s.Acked() >= end })
+	streamDone := time.Since(start)
+	b.StopTimer()
+	stop()
+	b.ReportMetric(float64(b.N)/queueDone.Seconds(), "jobs/s")
+	b.ReportMetric(float64(b.N)/streamDone.Seconds(), "stream-events/s")
+	b.ReportMetric(float64(lag), "lag-bytes-at-queue-end")
+	b.ReportMetric((streamDone - queueDone).Seconds(), "catch-up-s")
+}
+
+// waitAcked waits until the stream acknowledged the current WAL position.
+func waitAcked(b *testing.B, e *env, s *events.Stream) {
+	var target string
+	require.NoError(b, e.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&target))
+	end, err := pglogrepl.ParseLSN(target)
+	require.NoError(b, err)
+	eventstest.WaitFor(b, 10*time.Minute, "stream caught up", func() bool { return s.Acked() >= end })
+}
