@@ -143,6 +143,13 @@ func (env *cliEnv) parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// interruptedError is an error for a command cut short by a signal, with a
+// message of its own; it matches context.Canceled (exit 130).
+type interruptedError string
+
+func (e interruptedError) Error() string { return string(e) }
+func (e interruptedError) Unwrap() error { return context.Canceled }
+
 // errHelp means help was printed: exit 0.
 var errHelp = errors.New("help printed")
 
@@ -265,7 +272,11 @@ func runCommand(c command, args []string, stdin io.Reader, stdout, stderr io.Wri
 		return 0
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "pgwake %s: interrupted\n", c.name)
+		msg := "interrupted"
+		if err != context.Canceled { //nolint:errorlint // a bare Canceled gets the short message
+			msg = oneLine(err.Error())
+		}
+		fmt.Fprintf(stderr, "pgwake %s: %s\n", c.name, msg)
 		return 130
 	}
 	var ue *usageError

@@ -372,7 +372,7 @@ loop:
 	d.summary(sctx, reg, last, finishedAt.Sub(start))
 	switch {
 	case interrupted:
-		return errors.New("interrupted; the summary above covers the jobs finished so far")
+		return interruptedError("interrupted; the summary above covers the jobs finished so far")
 	case timedOut:
 		return fmt.Errorf("the jobs did not all finish within --timeout %s", o.timeout)
 	}
