@@ -569,3 +569,19 @@ func TestStatsWatch(t *testing.T) {
 		require.EqualValues(t, 1, doc.Queues[0].Pending)
 	}
 }
+
+func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
+	p := startPgwake(t, "demo", "--jobs", "100000", "--rate", "200", "--metrics-addr", "off")
+	waitFor(t, "the demo to start enqueuing", func() bool { return strings.Contains(p.stdout.String(), "done  enqueued") })
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 130, p.wait())
+	require.Contains(t, p.stderr.String(), "pgwake demo: interrupted; the summary above covers the jobs finished so far\n")
+	out := p.stdout.String()
+	require.Contains(t, out, "Summary")
+	m := regexp.MustCompile(`schema (pgwake_demo_\w+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	var exists bool
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, m[1]).Scan(&exists))
+	require.False(t, exists, "the demo drops its schema when interrupted")
+}
