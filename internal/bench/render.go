@@ -19,14 +19,16 @@ type Report struct {
 	Workers int
 	Sizes   Sizes
 	Runs    int
+	// Load describes the machine's load during the run.
+	Load string
 }
 
 // WriteText prints the results table, then, with more than one system, the
 // ratios of the first system to each other one; then the latency chart and
 // the targets.
 func (rep Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "pgwake bench: commit %s; %s; workers %d; median of %d run(s)\n",
-		orDash(rep.Commit), orDash(rep.Server), rep.Workers, rep.Runs)
+	fmt.Fprintf(w, "pgwake bench: commit %s; %s; workers %d; median of %d run(s); %s\n",
+		orDash(rep.Commit), orDash(rep.Server), rep.Workers, rep.Runs, orDash(rep.Load))
 	for _, s := range rep.Systems {
 		fmt.Fprintf(w, "  %-18s %s\n", s.Name(), s.Config())
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,6 +134,7 @@ func Run(ctx context.Context, opts Options, systems ...System) ([]Result, error)
 	server = describeServer(ctx, pool)
 	logf("server: %s", server)
 
+	loadStart := loadAverage()
 	env := &Env{Pool: pool, Workers: opts.Workers, Logf: logf}
 	var runs [][]Result
 	var runErr error
@@ -164,6 +166,7 @@ outer:
 	rep := Report{
 		Results: results, Systems: systems, Commit: opts.Commit, Server: server,
 		Workers: opts.Workers, Sizes: opts.Sizes, Runs: opts.Runs,
+		Load: fmt.Sprintf("load average %s at start, %s at end", loadStart, loadAverage()),
 	}
 	if opts.JSON {
 		if err := rep.WriteJSON(opts.Out); err != nil {
@@ -225,6 +228,20 @@ func describeServer(ctx context.Context, pool *pgxpool.Pool) string {
 		return "unknown (" + err.Error() + ")"
 	}
 	return fmt.Sprintf("PostgreSQL %s, fsync=%s, synchronous_commit=%s, shared_buffers=%s", ver, fsync, sc, sb)
+}
+
+// loadAverage is the 1-minute load average from /proc/loadavg, or "?": the
+// machine may be shared, and a busy one skews every figure.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 // WriteJSON writes one JSON object per line per result.
