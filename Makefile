@@ -44,3 +44,16 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# Reliability suite at the issue's full sizes (20 SIGKILLs during 20,000
+# jobs, ...); make test runs it at a reduced size. Figures: docs/reliability.md.
+.PHONY: reliability soak
+reliability:
+	@mkdir -p bin
+	PGWAKE_RELIABILITY_FULL=1 $(GO) test -race -count=1 -v -timeout 60m ./internal/reliability/ > bin/reliability.log 2>&1; \
+	status=$$?; grep -E 'RESULT|invariant|^--- |^(ok|FAIL)' bin/reliability.log; exit $$status
+
+# An hour of steady load with heap, RSS and goroutines sampled each minute
+# (PGWAKE_SOAK_DURATION, PGWAKE_SOAK_SAMPLE, PGWAKE_SOAK_RATE override).
+soak:
+	$(GO) test -tags soak -count=1 -v -timeout 3h -run TestSoak ./internal/reliability/

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +206,3 @@ func viaProxy(t *testing.T, u, addr string) string {
 	p.Host = addr
 	return p.String()
 }
-
-var _ = sort.Ints
-var _ = syscall.SIGSTOP
