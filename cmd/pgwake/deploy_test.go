@@ -113,8 +113,9 @@ func TestComposeServices(t *testing.T) {
 		require.Equal(t, "pgwake:local", s.Image, name)
 		require.Equal(t, wantURL, s.Environment[envDatabaseURL], name)
 	}
-	require.Equal(t, ".", c.Services["worker"].Build)
-	require.Equal(t, ".", c.Services["migrate"].Build)
+	for _, name := range []string{"migrate", "worker", "producer"} {
+		require.Equal(t, ".", c.Services[name].Build, "%s builds the image from the repo's Dockerfile (nothing to pull)", name)
+	}
 	require.Equal(t, []string{"migrate"}, commandList(t, c.Services["migrate"].Command))
 	require.Equal(t, "service_healthy", c.Services["migrate"].DependsOn["postgres"]["condition"])
 	require.Equal(t, "service_completed_successfully", c.Services["worker"].DependsOn["migrate"]["condition"])
