@@ -65,7 +65,9 @@ func (c *conformance) pubSub(t *testing.T, group string) (message.Publisher, mes
 // It is not parallel: its reconnect test restarts the database.
 func TestWatermillConformance(t *testing.T) {
 	c := &conformance{schemas: map[string]string{}}
-	c.pool = pgtest.NewPool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 100 })
+	// TestReconnect publishes from 100 goroutines at once: leave the
+	// subscriber connections beyond those.
+	c.pool = pgtest.NewPool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 120 })
 
 	features := tests.Features{
 		ConsumerGroups:      true,

@@ -437,6 +437,8 @@ func TestConfigErrors(t *testing.T) {
 		{AckTimeout: -1},
 		{CloseTimeout: -1},
 		{PollInterval: time.Millisecond},
+		{MaxBatch: -1},
+		{MaxBatch: 1001},
 	} {
 		_, err = pubsub.NewSubscriber(pool, cfg)
 		require.ErrorIs(t, err, pubsub.ErrInvalidConfig, "%+v", cfg)
@@ -463,4 +465,47 @@ func TestAckTimeoutRedelivers(t *testing.T) {
 	require.Equal(t, "slow", again.UUID)
 	require.True(t, again.Ack())
 	waitFor(t, wait, "job succeeded", func() bool { return countJobs(t, pool, schema, "state = 'succeeded' AND attempts = 2") == 1 })
+}
+
+// MaxBatch > 1: every message still comes, Nacked ones again, and the
+// handlers' writes of acked messages commit.
+func TestMaxBatch(t *testing.T) {
+	t.Parallel()
+	pool, schema := newSchema(t)
+	ctx := context.Background()
+	effects := sqlident.Quote(schema, "effects")
+	_, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (uuid text PRIMARY KEY)`)
+	require.NoError(t, err)
+	pub := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema})
+	sub := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, MaxBatch: 32, NackBackoff: -1})
+	require.NoError(t, sub.SubscribeInitialize("t"))
+	const n = 300
+	var msgs []*message.Message
+	for range n {
+		msgs = append(msgs, message.NewMessage(watermill.NewUUID(), nil))
+	}
+	require.NoError(t, pub.Publish("t", msgs...))
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	acked := map[string]bool{}
+	nacked := map[string]bool{}
+	for len(acked) < n {
+		m := receive(t, ch, wait)
+		tx, ok := pubsub.TxFromContext(m.Context())
+		require.True(t, ok)
+		_, err := tx.Exec(m.Context(), `INSERT INTO `+effects+` VALUES ($1)`, m.UUID)
+		require.NoError(t, err)
+		if len(nacked) < 20 && !nacked[m.UUID] {
+			nacked[m.UUID] = true
+			m.Nack()
+			continue
+		}
+		require.False(t, acked[m.UUID], "acked message %s delivered again", m.UUID)
+		acked[m.UUID] = true
+		m.Ack()
+	}
+	waitFor(t, wait, "all succeeded", func() bool { return countJobs(t, pool, schema, "state = 'succeeded'") == n })
+	var effectsN int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+effects).Scan(&effectsN))
+	require.Equal(t, n, effectsN, "one committed write per message: Nacked writes rolled back")
 }

@@ -42,6 +42,17 @@ type SubscriberConfig struct {
 	// out, after cancelling its context, before rolling its transaction back
 	// (the message is then delivered again). Default 1s.
 	CloseTimeout time.Duration
+	// MaxBatch is how many messages one claim transaction may take. 1 (the
+	// default) claims one message at a time: its Ack commits at once and the
+	// members of a group compete message by message. Above 1, pgwake claims
+	// up to that many when handlers are fast (the batch is sized to about
+	// 2ms of handler time) and commits them together after the last one is
+	// acknowledged: several times the throughput on a backlog, but an Ack
+	// (and what the handler wrote through TxFromContext) commits only with
+	// the rest of its batch, and messages claimed behind one that is still
+	// out are held (locked) meanwhile. Closing mid-batch counts an attempt
+	// for each claimed message not yet handed out.
+	MaxBatch int
 	// PollInterval is the longest a subscription waits without looking at
 	// the database when no notification arrives. Default 2s.
 	PollInterval time.Duration
@@ -101,6 +112,9 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 2 * time.Second
 	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = 1
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -115,6 +129,9 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	}
 	if cfg.CloseTimeout < 0 {
 		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
+	}
+	if cfg.MaxBatch < 1 || cfg.MaxBatch > 1000 {
+		return nil, fmt.Errorf("%w: MaxBatch %d is outside 1..1000", ErrInvalidConfig, cfg.MaxBatch)
 	}
 	if cfg.PollInterval < 10*time.Millisecond {
 		return nil, fmt.Errorf("%w: PollInterval %s is below 10ms", ErrInvalidConfig, cfg.PollInterval)
@@ -219,11 +236,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	client, err := queue.New(s.pool, queue.Config{
-		Schema: s.cfg.Schema,
-		Queues: map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
-		// One message per claim transaction: Ack commits at once, and the
-		// members of a group compete message by message.
-		MaxBatch:        1,
+		Schema:          s.cfg.Schema,
+		Queues:          map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
+		MaxBatch:        s.cfg.MaxBatch,
 		Handlers:        map[string]queue.Handler{Kind: queue.HandlerFunc(sub.handle)},
 		JobTimeout:      jobTimeout,
 		PollInterval:    s.cfg.PollInterval,
