@@ -90,8 +90,8 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 
 // statements holds the client's SQL, with the schema quoted in.
 type statements struct {
-	enqueue, claim, next, succeed, fail, cancel, retry string
-	setWaiter, heartbeat, dropWaiters, pruneWaiters    string
+	enqueue, enqueueOne, claim, next, succeed, fail, cancel, retry string
+	setWaiter, heartbeat, dropWaiters, pruneWaiters                string
 }
 
 func newStatements(schema string) statements {
@@ -99,6 +99,19 @@ func newStatements(schema string) statements {
 	events := sqlident.Quote(schema, "events")
 	waiters := sqlident.Quote(schema, "waiters")
 	wakeNeeded := sqlident.Quote(schema, "wake_needed")
+	enqueueTail := `
+	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
+	RETURNING id, queue, kind, run_after, unique_key
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, 'enqueued', queue, kind, 0, jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
+), wake AS (
+	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
+		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
+		ELSE '' END)
+	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
+)
+SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
 	return statements{
 		// One statement: insert, append events, and one NOTIFY per queue
 		// that a sleeping worker waits on (see wake_needed in migration
@@ -111,19 +124,14 @@ WITH input AS (
 ), ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
 	SELECT queue, kind, payload, priority, coalesce(run_after, now() + delay_us * interval '1 microsecond'), max_attempts, unique_key
-	FROM input ORDER BY ord
-	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
-	RETURNING id, queue, kind, run_after, unique_key
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'enqueued', queue, kind, 0, jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
-), wake AS (
-	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
-		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
-		ELSE '' END)
-	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
-)
-SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`,
+	FROM input ORDER BY ord` + enqueueTail,
+
+		// The same for one job, without the arrays: the common case of a
+		// web request enqueuing one job is cheaper to plan and execute.
+		enqueueOne: `
+WITH ins AS (
+	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
+	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::bigint * interval '1 microsecond'), $7, $8)` + enqueueTail,
 
 		claim: `
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, run_after, created_at,
@@ -315,6 +323,24 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 // the indexes that conflicted with an unfinished job's unique key.
 func (c *Client) insert(ctx context.Context, q querier, ps []prepared, todo []int, results []EnqueueResult) ([]int, error) {
 	n := len(todo)
+	var rows pgx.Rows
+	var err error
+	if n == 1 {
+		p := ps[todo[0]]
+		rows, err = q.Query(ctx, c.sql.enqueueOne, p.queue, p.kind, string(p.payload), p.priority,
+			p.runAfter, p.delayMicros, p.maxAttempts, p.uniqueKey, c.channel)
+	} else {
+		rows, err = c.insertMany(ctx, q, ps, todo)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: enqueue: %w", err)
+	}
+	return c.matchInserted(rows, ps, todo, results)
+}
+
+// insertMany runs the array form of the enqueue statement for ps[todo...].
+func (c *Client) insertMany(ctx context.Context, q querier, ps []prepared, todo []int) (pgx.Rows, error) {
+	n := len(todo)
 	var (
 		queues   = make([]string, n)
 		kinds    = make([]string, n)
@@ -330,10 +356,12 @@ func (c *Client) insert(ctx context.Context, q querier, ps []prepared, todo []in
 		queues[k], kinds[k], payloads[k], prios[k] = p.queue, p.kind, string(p.payload), p.priority
 		runAfter[k], delays[k], maxAtt[k], keys[k] = p.runAfter, p.delayMicros, p.maxAttempts, p.uniqueKey
 	}
-	rows, err := q.Query(ctx, c.sql.enqueue, queues, kinds, payloads, prios, runAfter, delays, maxAtt, keys, c.channel)
-	if err != nil {
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
-	}
+	return q.Query(ctx, c.sql.enqueue, queues, kinds, payloads, prios, runAfter, delays, maxAtt, keys, c.channel)
+}
+
+// matchInserted reads the enqueue statement's rows into results and returns
+// the indexes that conflicted with an unfinished job's unique key.
+func (c *Client) matchInserted(rows pgx.Rows, ps []prepared, todo []int, results []EnqueueResult) ([]int, error) {
 	type row struct {
 		id  int64
 		key *string

@@ -255,6 +255,10 @@ func encodePayload(v any) ([]byte, error) {
 	if !json.Valid(b) {
 		return nil, fmt.Errorf("%w: %d bytes that do not parse", ErrInvalidPayload, len(b))
 	}
+	// json.Valid accepts invalid UTF-8 inside strings; PostgreSQL does not.
+	if !utf8.Valid(b) {
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidPayload)
+	}
 	// jsonb rejects the NUL character, even escaped.
 	if containsEscapedNUL(b) {
 		return nil, fmt.Errorf("%w: contains \\u0000, which PostgreSQL jsonb cannot store", ErrInvalidPayload)
