@@ -585,3 +585,27 @@ func TestDemoInterrupted(t *testing.T) {
 	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, m[1]).Scan(&exists))
 	require.False(t, exists, "the demo drops its schema when interrupted")
 }
+
+func TestWorkerCommandLeavingABackgroundProcess(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := enqueueID(t, "", "--schema", schema, "--kind", "daemon")
+	// setsid: the leftover escapes the process group and keeps stderr open;
+	// the job still succeeds once the command itself has exited.
+	w := startPgwake(t, "worker", "--schema", schema, "--metrics-addr", "off", "--job-timeout", "0",
+		"--handler", fmt.Sprintf(`daemon=exec:setsid sh -c 'echo $$ > %s; exec sleep 600' & exit 0`, pidFile))
+	waitState(t, schema, id, "succeeded")
+	var pid int
+	waitFor(t, "the leftover's pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	w.signal(syscall.SIGTERM)
+	require.Equal(t, 0, w.wait())
+}

@@ -79,6 +79,9 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	tail := &tailBuffer{max: stderrTailBytes}
 	cmd.Stdout = h.stdout
 	cmd.Stderr = io.MultiWriter(tail, h.stderr)
+	// A background process the command left behind may hold its output
+	// open; stop reading shortly after the command itself has exited.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start sh -c: %w", err)
 	}
@@ -116,7 +119,9 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 
 // result turns the command's exit into the attempt's outcome.
 func (h *execHandler) result(err error, tail *tailBuffer) error {
-	if err == nil {
+	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
+		// ErrWaitDelay: exit status 0, but something it started kept its
+		// output open; the command succeeded.
 		return nil
 	}
 	var ee *exec.ExitError
