@@ -50,6 +50,7 @@ type options struct {
 	runs     int
 	tuned    time.Duration
 	top      bool
+	drain    int
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs; the report shows medians")
 	flag.DurationVar(&o.tuned, "tuned", 10*time.Millisecond, "watermill-sql's tuned poll interval")
 	flag.BoolVar(&o.top, "top", false, "log the statements each system ran while idle")
+	flag.IntVar(&o.drain, "drain", 5000, "messages published in batches of 100 before the subscriber drains them (0: skip)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -76,6 +78,7 @@ type system struct {
 type result struct {
 	p50, p99, max  time.Duration
 	pubP50, pubP99 time.Duration // the Publish call alone
+	drainPerSec    float64       // messages/s a subscriber drains from a backlog
 	received       int
 	stmtPerSec     float64 // -1: pg_stat_statements unavailable
 	txPerSec       float64
@@ -113,7 +116,8 @@ func run(o options) error {
 	}
 
 	systems := []system{
-		{"pgwake events/pubsub (LISTEN/NOTIFY, poll fallback 2s)", setupPgwake},
+		{"pgwake events/pubsub (LISTEN/NOTIFY, poll fallback 2s)", setupPgwake(1)},
+		{"pgwake events/pubsub, MaxBatch 32", setupPgwake(32)},
 		{"watermill-sql v4, poll 1s (default)", setupWatermillSQL(time.Second)},
 		{"watermill-sql v4, poll " + o.tuned.String() + " (tuned)", setupWatermillSQL(o.tuned)},
 	}
@@ -125,10 +129,10 @@ func run(o options) error {
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, r+1, err)
 			}
-			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s publish p50 %-10s p99 %-10s idle %.1f stmt/s %.1f tx/s (%d msgs)",
+			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s publish p50 %-10s p99 %-10s idle %.1f stmt/s %.1f tx/s drain %.0f msg/s (%d msgs)",
 				r+1, s.name, res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond),
 				res.max.Round(10*time.Microsecond), res.pubP50.Round(10*time.Microsecond), res.pubP99.Round(10*time.Microsecond),
-				res.stmtPerSec, res.txPerSec, res.received)
+				res.stmtPerSec, res.txPerSec, res.drainPerSec, res.received)
 			results[i] = append(results[i], res)
 		}
 	}
@@ -136,7 +140,7 @@ func run(o options) error {
 	fmt.Printf("\nPostgreSQL %s; %d msg/s for %s per system; idle window %s; medians of %d runs\n\n",
 		version, o.rate, o.duration, o.idle, o.runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "system\tp50\tp99\tmax\tPublish call p50\tPublish call p99\tidle statements/s\tidle transactions/s\t")
+	fmt.Fprintln(w, "system\tp50\tp99\tmax\tPublish call p50\tPublish call p99\tidle statements/s\tidle transactions/s\tdrain msg/s\t")
 	for i, s := range systems {
 		rs := results[i]
 		stmt := "n/a"
@@ -146,14 +150,15 @@ func run(o options) error {
 		dur := func(f func(r result) time.Duration) time.Duration {
 			return time.Duration(median(rs, func(r result) float64 { return float64(f(r)) })).Round(10 * time.Microsecond)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t\n", s.name,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.0f\t\n", s.name,
 			dur(func(r result) time.Duration { return r.p50 }),
 			dur(func(r result) time.Duration { return r.p99 }),
 			dur(func(r result) time.Duration { return r.max }),
 			dur(func(r result) time.Duration { return r.pubP50 }),
 			dur(func(r result) time.Duration { return r.pubP99 }),
 			stmt,
-			median(rs, func(r result) float64 { return r.txPerSec }))
+			median(rs, func(r result) float64 { return r.txPerSec }),
+			median(rs, func(r result) float64 { return r.drainPerSec }))
 	}
 	return w.Flush()
 }
@@ -305,6 +310,42 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 	res.p99 = ls[(len(ls)*99)/100]
 	res.max = ls[len(ls)-1]
 
+	if o.drain > 0 {
+		// Backlog: stop consuming, publish, then time the drain.
+		cancel()
+		wg.Wait()
+		for len(got) > 0 {
+			<-got
+		}
+		for i := 0; i < o.drain; i += 100 {
+			batch := make([]*message.Message, 0, 100)
+			for j := i; j < min(i+100, o.drain); j++ {
+				batch = append(batch, message.NewMessage(watermill.NewUUID(), []byte(`{"n":1}`)))
+			}
+			if err := pub.Publish(topic, batch...); err != nil {
+				return result{}, err
+			}
+		}
+		dctx, dcancel := context.WithCancel(ctx)
+		defer dcancel()
+		ch, err := sub.Subscribe(dctx, topic)
+		if err != nil {
+			return result{}, err
+		}
+		start := time.Now()
+		for i := 0; i < o.drain; i++ {
+			select {
+			case m := <-ch:
+				m.Ack()
+			case <-time.After(60 * time.Second):
+				return result{}, fmt.Errorf("drain: %d of %d after a 60s gap", i, o.drain)
+			}
+		}
+		res.drainPerSec = float64(o.drain) / time.Since(start).Seconds()
+		dcancel()
+		for range ch {
+		}
+	}
 	cancel()
 	if err := sub.Close(); err != nil {
 		return result{}, err
@@ -353,19 +394,21 @@ func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
 	}
 }
 
-func setupPgwake(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
-	if _, err := migrations.Up(ctx, pool, migrations.DefaultSchema); err != nil {
-		return nil, nil, err
+func setupPgwake(maxBatch int) func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
+	return func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
+		if _, err := migrations.Up(ctx, pool, migrations.DefaultSchema); err != nil {
+			return nil, nil, err
+		}
+		pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{})
+		if err != nil {
+			return nil, nil, err
+		}
+		sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{MaxBatch: maxBatch})
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, sub, sub.SubscribeInitialize(topic)
 	}
-	pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pub, sub, sub.SubscribeInitialize(topic)
 }
 
 func setupWatermillSQL(poll time.Duration) func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, message.Subscriber, error) {
