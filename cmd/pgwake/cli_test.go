@@ -609,3 +609,32 @@ func TestWorkerCommandLeavingABackgroundProcess(t *testing.T) {
 	w.signal(syscall.SIGTERM)
 	require.Equal(t, 0, w.wait())
 }
+
+// TestWorkerListenerURL: with --listener-url pointing nowhere (PgBouncer
+// misconfigured, say), jobs still run through the poll fallback, and the
+// metrics show it.
+func TestWorkerListenerURL(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	w := startPgwake(t, "worker", "--schema", schema, "--metrics-addr", "127.0.0.1:0", "--poll-interval", "100ms",
+		"--listener-url", "postgres://u:secret-pw@"+closed+"/db", "--handler", "k=exec:true")
+	addr := w.waitStderr(metricsRE)
+	id := enqueueID(t, "", "--schema", schema, "--kind", "k")
+	waitState(t, schema, id, "succeeded")
+	_, body := httpGet(t, "http://"+addr+"/metrics")
+	require.NotContains(t, body, `source="notify"`)
+	require.Regexp(t, `pgwake_worker_claims_total\{queue="default",source="(poll|recheck|start)"\} 1`, body)
+	w.signal(syscall.SIGTERM)
+	require.Equal(t, 0, w.wait())
+	require.NotContains(t, w.stderr.String(), "secret-pw", "the listener URL's password is never logged")
+
+	r := pgwake(t, "", "worker", "--schema", schema, "--handler", "k=exec:true", "--listener-url", "postgres://u:secret-pw@[bad")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "--listener-url postgres://")
+	require.NotContains(t, r.stderr, "secret-pw")
+}
