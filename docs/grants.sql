@@ -1,0 +1,25 @@
+-- pgwake least-privilege grants (tested by internal/reliability TestLeastPrivilege*).
+--
+-- Run as the owner of pgwake's schema (the role that ran `pgwake migrate`),
+-- after the migrations, replacing:
+--   {{schema}}       pgwake's schema (default pgwake)
+--   {{app_role}}     the role of workers and producers: LOGIN, nothing else
+--   {{stream_role}}  the role of the event stream: LOGIN REPLICATION
+-- Neither role is a superuser, owns anything or may run DDL.
+
+-- Workers and producers (package queue, `pgwake worker`, `pgwake enqueue`).
+GRANT USAGE ON SCHEMA {{schema}} TO {{app_role}};
+GRANT SELECT, INSERT, UPDATE ON {{schema}}.jobs TO {{app_role}};
+GRANT INSERT ON {{schema}}.events TO {{app_role}};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.waiters TO {{app_role}};
+GRANT USAGE ON SEQUENCE {{schema}}.jobs_id_seq, {{schema}}.events_id_seq TO {{app_role}};
+GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text) TO {{app_role}};
+-- Watermill Pub/Sub (package events/pubsub) on top of the queue.
+GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{app_role}};
+
+-- Event stream (package events, `pgwake events`). The publication is
+-- created once by the table owner (events.EnsurePublication, or
+-- `CREATE PUBLICATION <schema>_events FOR TABLE <schema>.events WITH (publish = 'insert')`);
+-- the stream role then only needs REPLICATION (given at CREATE ROLE) and:
+GRANT USAGE ON SCHEMA {{schema}} TO {{stream_role}};
+GRANT SELECT ON {{schema}}.events TO {{stream_role}};

@@ -1,0 +1,205 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// grantsFile is the documented least-privilege grants.
+const grantsFile = "../../docs/grants.sql"
+
+// newRole creates a login role (with attrs, e.g. "REPLICATION") and a
+// password, dropped at cleanup, and returns its name and a URL for it.
+func (w *world) newRole(prefix, attrs string) (string, string) {
+	w.t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("%s_%08x", prefix, rand.Uint32())
+	pass := fmt.Sprintf("pw%016x", rand.Uint64())
+	_, err := w.admin.Exec(ctx, `CREATE ROLE `+sqlident.Quote(name)+` LOGIN `+attrs+` PASSWORD '`+pass+`'`)
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = w.admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, name)
+		_, _ = w.admin.Exec(ctx, `DROP OWNED BY `+sqlident.Quote(name))
+		_, _ = w.admin.Exec(ctx, `DROP ROLE `+sqlident.Quote(name))
+	})
+	u, err := url.Parse(w.url)
+	require.NoError(w.t, err)
+	u.User = url.UserPassword(name, pass)
+	return name, u.String()
+}
+
+// applyGrants runs docs/grants.sql for the schema and roles.
+func (w *world) applyGrants(appRole, streamRole string) {
+	w.t.Helper()
+	b, err := os.ReadFile(grantsFile)
+	require.NoError(w.t, err)
+	sql := strings.NewReplacer("{{schema}}", sqlident.Quote(w.schema), "{{app_role}}", sqlident.Quote(appRole),
+		"{{stream_role}}", sqlident.Quote(streamRole)).Replace(string(b))
+	_, err = w.admin.Exec(context.Background(), sql)
+	require.NoError(w.t, err)
+}
+
+func requireDenied(t *testing.T, err error, what string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%s: want permission denied, got %v", what, err)
+	require.Equal(t, "42501", pgErr.Code, "%s: %v", what, err) // insufficient_privilege
+}
+
+// TestLeastPrivilegeQueue runs producers and workers as a role that has
+// only the grants of docs/grants.sql: enqueue (single, batch, in a
+// transaction, unique keys), work with retries and failures, cancel and
+// retry all succeed; DDL of every kind is refused.
+func TestLeastPrivilegeQueue(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	app, appURL := w.newRole("pgwake_app", "")
+	w.applyGrants(app, app)
+	// The application's own table, written by the handler.
+	_, err := w.admin.Exec(ctx, `GRANT INSERT ON `+w.table(effectsTable)+` TO `+sqlident.Quote(app))
+	require.NoError(t, err)
+
+	pool := w.poolOn(appURL, appWorker, 10)
+	var super bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT rolsuper OR rolcreatedb OR rolcreaterole FROM pg_roles WHERE rolname = current_user`).Scan(&super))
+	require.False(t, super)
+
+	cfg := workerConfig(w.schema, 200*time.Millisecond, 0)
+	c, err := queue.New(pool, cfg)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	const n = 200
+	var jobs []queue.NewJob
+	for i := range n {
+		jobs = append(jobs, newJob(i))
+	}
+	_, err = c.EnqueueMany(ctx, jobs[:100])
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := c.EnqueueManyTx(ctx, tx, jobs[100:199])
+		return err
+	}))
+	_, err = c.Enqueue(ctx, jobs[199])
+	require.NoError(t, err)
+	w.waitAllFinal(n, 2*time.Minute)
+	w.check(t.Name(), n, true, 0, nil, "role=app (docs/grants.sql)")
+
+	// Operator actions as the same role: retry a failed job, cancel one.
+	var failed int64
+	require.NoError(t, w.admin.QueryRow(ctx, `SELECT id FROM `+w.table("jobs")+` WHERE state = 'failed' LIMIT 1`).Scan(&failed))
+	require.NoError(t, c.Retry(ctx, failed))
+	late, err := c.Enqueue(ctx, queue.NewJob{Kind: jobKind, Delay: time.Hour, Payload: map[string]any{"mode": modeOK}})
+	require.NoError(t, err)
+	require.NoError(t, c.Cancel(ctx, late.ID))
+	deadline := time.Now().Add(time.Minute)
+	for w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE id = $1 AND state = 'failed' AND attempts = 3`, failed) == 0 {
+		require.True(t, time.Now().Before(deadline), "retried job did not run again")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// No DDL, no owner-only operations, no migrations.
+	for _, ddl := range []string{
+		`CREATE TABLE ` + w.table("x") + ` (a int)`,
+		`DROP TABLE ` + w.table("jobs"),
+		`ALTER TABLE ` + w.table("jobs") + ` ADD COLUMN x int`,
+		`TRUNCATE ` + w.table("jobs"),
+		`DELETE FROM ` + w.table("jobs"),
+		`DELETE FROM ` + w.table("events"),
+		`UPDATE ` + w.table("events") + ` SET type = 'x'`,
+		`CREATE INDEX ON ` + w.table("jobs") + ` (kind)`,
+		`CREATE SCHEMA evil`,
+		`CREATE TABLE public.evil (a int)`,
+		`CREATE FUNCTION ` + w.table("evil") + `() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+		`DROP FUNCTION ` + w.table("wake_needed") + `(text)`,
+		`CREATE PUBLICATION evil FOR TABLE ` + w.table("events"),
+	} {
+		_, err := pool.Exec(ctx, ddl)
+		requireDenied(t, err, ddl)
+	}
+	_, err = migrations.Up(ctx, pool, w.schema+"_other")
+	require.Error(t, err, "migrations as the app role")
+}
+
+// TestLeastPrivilegeEventStream streams the event log as a role with
+// REPLICATION and the stream grants of docs/grants.sql only; the
+// publication was created by the owner.
+func TestLeastPrivilegeEventStream(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	var level string
+	require.NoError(t, w.admin.QueryRow(ctx, `SHOW wal_level`).Scan(&level))
+	if level != "logical" {
+		t.Skipf("the server has wal_level=%s; the event stream needs logical", level)
+	}
+	app, appURL := w.newRole("pgwake_app", "")
+	stream, streamURL := w.newRole("pgwake_stream", "REPLICATION")
+	w.applyGrants(app, stream)
+	pubName, slot := w.schema+"_pub", w.schema+"_slot"
+	require.NoError(t, events.EnsurePublication(ctx, w.admin, w.schema, pubName))
+	t.Cleanup(func() {
+		_ = events.DropSlot(context.Background(), w.admin, slot, true)
+		_ = events.DropPublication(context.Background(), w.admin, pubName)
+	})
+
+	gc := events.NewGoChannel(watermill.NopLogger{})
+	msgs, err := gc.Subscribe(ctx, "pgwake.events")
+	require.NoError(t, err)
+	streamPool := w.poolOn(streamURL, "pgwake_stream", 4)
+	s, err := events.New(streamPool, events.Config{Schema: w.schema, Slot: slot, Publication: pubName, Publisher: gc,
+		StatusInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(time.Minute)
+	for s.Sessions() == 0 {
+		require.True(t, time.Now().Before(deadline), "the stream did not start as the replication role")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	c, err := queue.New(w.poolOn(appURL, appProducer, 4), queue.Config{Schema: w.schema})
+	require.NoError(t, err)
+	r, err := c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		e, err := events.Decode(m.Payload)
+		require.NoError(t, err)
+		require.Equal(t, r.ID, e.JobID)
+		require.Equal(t, queue.EventEnqueued, e.Type)
+		m.Ack()
+	case <-time.After(time.Minute):
+		t.Fatal("no event streamed")
+	}
+	// The stream role cannot write pgwake's tables or create publications.
+	_, err = streamPool.Exec(ctx, `INSERT INTO `+w.table("events")+` (job_id, type, queue, kind, attempt) VALUES (1, 'x', 'q', 'k', 0)`)
+	requireDenied(t, err, "stream role inserting events")
+	_, err = streamPool.Exec(ctx, `CREATE PUBLICATION evil FOR TABLE `+w.table("events"))
+	requireDenied(t, err, "stream role creating a publication")
+}
