@@ -31,6 +31,10 @@ import (
 // env.connect, writes results to env.stdout and returns an error to fail:
 // the error is printed as one line on stderr and pgwake exits non-zero
 // (2 for usage errors, see usageError).
+//
+// Tests of package main share one TestMain (cli_main_test.go: a PostgreSQL
+// from pgtest) and its helpers: pgwake(t, stdin, args...) runs the real
+// binary to completion, startPgwake(t, args...) runs it in the background.
 type command struct {
 	name    string // as typed: "worker"
 	summary string // one line for `pgwake help`
