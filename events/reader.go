@@ -28,7 +28,7 @@ type reader struct {
 	s       *Stream
 	conn    *pgconn.PgConn
 	txns    chan<- *txn
-	pubDone <-chan error
+	pubDone <-chan struct{} // closed when the publisher stopped
 	rels    map[uint32]*relation
 
 	cur        *txn          // the open transaction, nil between transactions
@@ -41,6 +41,9 @@ type reader struct {
 // ackDelay is how soon after a publication its position is acknowledged
 // (at most; status updates are also sent every StatusInterval).
 const ackDelay = 100 * time.Millisecond
+
+// statusWriteTimeout bounds the write of one status update.
+const statusWriteTimeout = 10 * time.Second
 
 func (r *reader) run(ctx context.Context) error {
 	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
@@ -58,8 +61,8 @@ func (r *reader) run(ctx context.Context) error {
 			deadline = r.nextStatus
 		}
 		select {
-		case err := <-r.pubDone:
-			return err
+		case <-r.pubDone:
+			return nil // the session's error, if any, is the publisher's
 		default:
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -174,9 +177,9 @@ func (r *reader) hand(ctx context.Context, t *txn) error {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
-		case err := <-r.pubDone:
+		case <-r.pubDone:
 			timer.Stop()
-			return err
+			return nil
 		case <-ctx.Done():
 			timer.Stop()
 			return nil
@@ -200,7 +203,10 @@ func (r *reader) position() pglogrepl.LSN {
 
 func (r *reader) sendStatus(ctx context.Context) error {
 	pos := r.position()
+	// The write must not block forever on a connection that went silent.
+	_ = r.conn.Conn().SetWriteDeadline(time.Now().Add(statusWriteTimeout))
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+	_ = r.conn.Conn().SetWriteDeadline(time.Time{})
 	r.lastStatus = time.Now()
 	r.nextStatus = r.lastStatus.Add(r.s.cfg.StatusInterval)
 	if err != nil {

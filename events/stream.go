@@ -312,13 +312,19 @@ func (s *Stream) session(ctx context.Context, streamed *bool) error {
 
 	sctx, cancel := context.WithCancel(ctx)
 	txns := make(chan *txn, 64)
-	pubDone := make(chan error, 1)
-	go func() { pubDone <- s.publishLoop(sctx, txns) }()
+	// pubDone is closed when the publisher has stopped; pubErr is then set.
+	pubDone := make(chan struct{})
+	var pubErr error
+	go func() {
+		defer close(pubDone)
+		pubErr = s.publishLoop(sctx, txns)
+	}()
 	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}}
 	err = r.run(sctx)
 	cancel()
-	if perr := <-pubDone; err == nil {
-		err = perr
+	<-pubDone
+	if err == nil {
+		err = pubErr
 	}
 	// Acknowledge what was published before leaving, when the connection
 	// still works (a clean shutdown).
@@ -391,7 +397,10 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 		}
 		s.pendingSince.Store(batch[0].commitTime.UnixNano())
 		if err := s.publishBatch(ctx, batch); err != nil {
-			return nil // ctx done mid-retry; nothing was acknowledged
+			if ctx.Err() != nil {
+				return nil // stopped mid-retry; nothing of the batch is acknowledged
+			}
+			return err
 		}
 		last := batch[len(batch)-1]
 		if uint64(last.end) > s.published.Load() {

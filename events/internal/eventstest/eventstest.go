@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,7 +84,9 @@ func (e *Env) RunStream(cfg events.Config) (s *events.Stream, stop func()) {
 			case err := <-done:
 				require.NoError(e.T, err)
 			case <-time.After(60 * time.Second):
-				e.T.Error("Stream.Run did not return within 60s of cancel")
+				var buf strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+				e.T.Errorf("Stream.Run did not return within 60s of cancel; goroutines:\n%s", buf.String())
 			}
 		})
 	}
