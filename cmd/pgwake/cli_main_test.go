@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +39,11 @@ func pgwakeBin(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "pgwake")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // the toolchain running this test
+		}
+		out, err := exec.Command(goTool, "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = &buildError{out: string(out), err: err}
 		}
