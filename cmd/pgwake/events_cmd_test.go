@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
@@ -108,3 +109,50 @@ func TestEventsCommandErrors(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestEventsForwardToNATS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = events.DropSlot(context.Background(), pool, schema+"_events", true)
+		_ = events.DropPublication(context.Background(), pool, schema+"_events")
+	})
+	natsURL := "nats://127.0.0.1:4222"
+	topic := "pgwake_cli_" + schema
+	stream := strings.ToUpper(topic)
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = js.DeleteStream(stream)
+		nc.Close()
+	})
+
+	p := startPgwake(t, "events", "forward", "--schema", schema, "--to", natsURL, "--topic", topic,
+		"--topic-by", "queue", "--nats-stream", stream, "--metrics-addr", "off")
+	p.waitStderr(regexp.MustCompile(`streaming events`))
+	c, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = c.EnqueueMany(ctx, []queue.NewJob{{Kind: "a"}, {Kind: "b", Queue: "q2"}})
+	require.NoError(t, err)
+
+	sub, err := js.SubscribeSync(topic+".>", nats.OrderedConsumer(), nats.DeliverAll())
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	for _, want := range []struct{ subject, kind string }{{topic + ".default", "a"}, {topic + ".q2", "b"}} {
+		msg, err := sub.NextMsg(30 * time.Second)
+		require.NoError(t, err, "stderr: %s", p.stderr.String())
+		require.Equal(t, want.subject, msg.Subject)
+		ev, err := events.Decode(msg.Data)
+		require.NoError(t, err)
+		require.Equal(t, want.kind, ev.Kind)
+	}
+	p.signal(syscall.SIGINT)
+	require.Equal(t, 0, p.wait())
+	require.Contains(t, p.stderr.String(), "forwarder stopped")
+}
