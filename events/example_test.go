@@ -1,0 +1,75 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/events/natsbridge"
+)
+
+// Forward the event log to NATS JetStream, one subject per queue, until ctx
+// is done. Run it in one process per slot; it resumes from the slot after
+// any restart.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://localhost/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: "nats://127.0.0.1:4222"})
+	if err != nil {
+		log.Fatal(err) // natsbridge.ErrUnreachable names the URL
+	}
+	defer pub.Close()
+	s, err := events.New(pool, events.Config{
+		Schema:     "pgwake",
+		Publisher:  pub,
+		Topic:      events.TopicPerQueue("pgwake.events"),
+		Registerer: prometheus.DefaultRegisterer,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Run(ctx); err != nil {
+		log.Fatal(err) // wal_level, privileges, publication: says how to fix it
+	}
+}
+
+// A consumer that starts late: subscribe to the live messages first, then
+// backfill from the table, then drop the live duplicates of the backfill.
+func ExampleBackfill() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://localhost/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ps := events.NewGoChannel(nil)
+	live, err := ps.Subscribe(ctx, "pgwake.events") // 1. live first (buffered by the channel)
+	if err != nil {
+		log.Fatal(err)
+	}
+	handle := func(e events.Event) { fmt.Println(e.ID, e.JobID, e.Type) }
+	cu, err := events.Backfill(ctx, pool, "pgwake", events.From{}, func(e events.Event) error { // 2. backfill
+		handle(e)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for msg := range live { // 3. live, without what the backfill delivered
+		id, _ := events.MessageEventID(msg)
+		lsn, _ := events.MessageLSN(msg)
+		if cu.Live(id, lsn) {
+			e, err := events.Decode(msg.Payload)
+			if err == nil {
+				handle(e)
+			}
+		}
+		msg.Ack()
+	}
+}
