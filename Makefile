@@ -26,7 +26,7 @@ test-short:
 # one run (bench/peers, its own module). About 8 minutes on 2 cores. See
 # docs/benchmarks.md.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./queue/
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./queue/
 	./$(BIN) bench
 	cd bench/peers && $(GO) run . --modes drain,latency,idle,delayed,enqueue --svg ../../bin/benchmarks-latency.svg
 

@@ -10,6 +10,8 @@ type (
 	Counter = bench.Counter
 	// Finisher is a System that can fill its table with finished jobs.
 	Finisher = bench.Finisher
+	// Diagnoser is a System that can explain a run with counters.
+	Diagnoser = bench.Diagnoser
 	// Env is what a System runs on.
 	Env = bench.Env
 	// Job is one benchmark job.

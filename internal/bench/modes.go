@@ -249,6 +249,7 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 			}
 		}
 		serr := stop()
+		rn.diagnose(&res)
 		rss, heap := mem.stop()
 		res.Extra["max_rss_mib"] = rss
 		res.Extra["max_heap_mib"] = heap
@@ -284,7 +285,7 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		rn.logf("%s: %s: %d jobs at %.0f/s", rn.sys.Name(), mode, n, rate)
 		commits := make([]atomic.Int64, n)
 		t0 := time.Since(base)
-		perr := produceAtRate(ctx, rn.sys, n, rate, base, commits)
+		enqLat, perr := produceAtRate(ctx, rn.sys, n, rate, base, commits)
 		produced := time.Since(base) - t0
 		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
 		if all {
@@ -292,6 +293,9 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 			sleepCtx(ctx, 200*time.Millisecond)
 		}
 		serr := stop()
+		rn.diagnose(&res)
+		es := Summarize(enqLat)
+		res.Extra["enqueue_p50_ms"], res.Extra["enqueue_p99_ms"] = es.P50, es.P99
 		res.Duplicates, res.Missing = rec.tally()
 		var lat []float64
 		for i := range n {
@@ -318,23 +322,36 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 	return res, err
 }
 
+// diagnose adds the system's diagnostics to res's extras.
+func (rn *runner) diagnose(res *Result) {
+	if d, ok := rn.sys.(Diagnoser); ok {
+		for k, v := range d.Diagnostics() {
+			res.Extra[k] = v
+		}
+	}
+}
+
 // produceAtRate enqueues jobs 0..n-1, job i at base-relative time i/rate
 // from now, with a few producers so one slow commit does not delay the
 // next job. commits[i] gets the time since base just after job i's commit.
-func produceAtRate(ctx context.Context, sys System, n int, rate float64, base time.Time, commits []atomic.Int64) error {
+// It returns the Enqueue calls' latencies (ms).
+func produceAtRate(ctx context.Context, sys System, n int, rate float64, base time.Time, commits []atomic.Int64) ([]float64, error) {
 	const producers = 4
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	for range producers {
+	lats := make([][]float64, producers)
+	for w := range producers {
 		wg.Go(func() {
 			for i := range jobs {
+				t := time.Now()
 				if err := sys.Enqueue(ctx, Job{Seq: int64(i)}); err != nil {
 					cancel(fmt.Errorf("%s: enqueue job %d: %w", sys.Name(), i, err))
 					continue
 				}
 				commits[i].Store(max(int64(time.Since(base)), 1))
+				lats[w] = append(lats[w], ms(time.Since(t)))
 			}
 		})
 	}
@@ -354,7 +371,11 @@ feed:
 	}
 	close(jobs)
 	wg.Wait()
-	return context.Cause(ctx)
+	var all []float64
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	return all, context.Cause(ctx)
 }
 
 // delayed inserts jobs with run_after spread over DelayedSpread while the
@@ -391,6 +412,7 @@ func (rn *runner) delayed(ctx context.Context) (Result, error) {
 			sleepCtx(ctx, 200*time.Millisecond)
 		}
 		serr := stop()
+		rn.diagnose(&res)
 		res.Duplicates, res.Missing = rec.tally()
 		var late []float64
 		early := 0

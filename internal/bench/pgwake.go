@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
@@ -28,6 +29,7 @@ type Pgwake struct {
 	schema string
 	client *queue.Client
 	n      atomic.Int64
+	reg    *prometheus.Registry // of the last Start's client
 }
 
 // BenchQueue and BenchKind are the queue and kind of every bench job.
@@ -114,7 +116,12 @@ func (p *Pgwake) Enqueue(ctx context.Context, job Job) error {
 
 // Start runs a Client with the bench handler.
 func (p *Pgwake) Start(ctx context.Context, handle HandleFunc) (func() error, error) {
-	c, err := queue.New(p.env.Pool, p.config(handle))
+	cfg := p.config(handle)
+	p.reg = prometheus.NewRegistry()
+	if cfg.Registerer == nil {
+		cfg.Registerer = p.reg
+	}
+	c, err := queue.New(p.env.Pool, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +137,33 @@ func (p *Pgwake) Start(ctx context.Context, handle HandleFunc) (func() error, er
 		}
 		return result
 	}, nil
+}
+
+// Diagnostics returns the last Start's claims by what woke the worker
+// (pgwake_worker_claims_total by source) as claims_<source>: many "poll"
+// claims mean notifications were missed.
+func (p *Pgwake) Diagnostics() map[string]float64 {
+	out := map[string]float64{}
+	if p.reg == nil {
+		return out
+	}
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pgwake_worker_claims_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" {
+					out["claims_"+l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Unfinished counts pending jobs.

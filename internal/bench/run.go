@@ -151,6 +151,7 @@ outer:
 				rs, err := rn.run(ctx, mode)
 				for j := range rs {
 					rs[j].Runs = 1
+					logf("result: %s", summaryLine(rs[j]))
 				}
 				run = append(run, rs...)
 				if err != nil {
@@ -228,6 +229,13 @@ func describeServer(ctx context.Context, pool *pgxpool.Pool) string {
 		return "unknown (" + err.Error() + ")"
 	}
 	return fmt.Sprintf("PostgreSQL %s, fsync=%s, synchronous_commit=%s, shared_buffers=%s", ver, fsync, sc, sb)
+}
+
+// summaryLine is one result on one line, for the progress log.
+func summaryLine(r Result) string {
+	return fmt.Sprintf("%s %s jobs=%d jobs/s=%s p50=%s p90=%s p99=%s max=%s dup=%d missing=%d %s",
+		r.System, caseName(r), r.Jobs, num(r.JobsPerSec), num(r.P50), num(r.P90), num(r.P99), num(r.Max),
+		r.Duplicates, r.Missing, notes(r))
 }
 
 // loadAverage is the 1-minute load average from /proc/loadavg, or "?": the

@@ -161,3 +161,10 @@ type Counter interface {
 type Finisher interface {
 	InsertFinished(ctx context.Context, n int) error
 }
+
+// Diagnoser is implemented by systems that can explain a run: counters such
+// as pgwake's claims by source. Diagnostics is called after the workers of
+// a mode run have stopped; its figures join the result's extras.
+type Diagnoser interface {
+	Diagnostics() map[string]float64
+}
