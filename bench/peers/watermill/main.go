@@ -3,11 +3,14 @@
 //
 //   - publish-to-handler latency (p50, p99, max) at a steady publish rate;
 //   - database load while a subscriber idles: statements per second seen by
-//     pg_stat_statements and transactions per second from pg_stat_database.
+//     pg_stat_statements and transactions per second from pg_stat_database;
+//   - the Publish call's own latency, and drain throughput from a backlog
+//     (-drain messages published in batches of 100, then consumed).
 //
 // Each system runs in a database of its own (created and dropped per run), so
 // the counters of one never include the other's. watermill-sql runs at its
-// default poll interval (1s) and at a tuned one (-tuned, 10ms by default).
+// default poll interval (1s) and at a tuned one (-tuned, 10ms by default);
+// pgwake with its defaults and with MaxBatch 32.
 // Results are medians over -runs runs.
 //
 //	cd bench/peers && go run ./watermill                  # throwaway cluster
