@@ -48,7 +48,7 @@ func ExampleBackfill() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ps := events.NewGoChannel(nil) // a Stream in this process publishes to ps
+	ps := events.NewGoChannel(nil)                  // a Stream in this process publishes to ps
 	live, err := ps.Subscribe(ctx, "pgwake.events") // 1. live first (buffered by the channel)
 	if err != nil {
 		log.Fatal(err)

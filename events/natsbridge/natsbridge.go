@@ -1,10 +1,15 @@
-// Package natsbridge publishes pgwake events to NATS JetStream through
-// watermill-nats: a Watermill message.Publisher for events.Config.Publisher
-// that waits for JetStream's acknowledgement of every message (so the
-// stream acknowledges a WAL position only once the broker stored the
-// events) and sets Nats-Msg-Id to the message UUID, which is derived from
-// the event id: JetStream drops a re-published event within its duplicate
-// window.
+// Package natsbridge publishes pgwake events to NATS JetStream: a Watermill
+// message.Publisher for events.Config.Publisher that returns only when
+// JetStream acknowledged every message of the call (so the stream
+// acknowledges a WAL position only once the broker stored the events) and
+// sets Nats-Msg-Id to the message UUID, which is derived from the event id:
+// JetStream drops a re-published event within its duplicate window.
+//
+// Messages are in watermill-nats's wire format (its NATSMarshaler: payload
+// as data, metadata as headers), so watermill-nats subscribers read them. By
+// default a Publish call sends its messages asynchronously, in order on one
+// connection, and then waits for all acknowledgements; SyncPublish uses
+// watermill-nats's own publisher instead (one round trip per message).
 package natsbridge
 
 import (
@@ -32,6 +37,12 @@ type Config struct {
 	Subjects []string
 	// ConnectTimeout bounds the first connection. Default 5s.
 	ConnectTimeout time.Duration
+	// AckTimeout bounds the wait for JetStream's acknowledgements of one
+	// Publish call. Default 30s.
+	AckTimeout time.Duration
+	// SyncPublish publishes with watermill-nats's Publisher, waiting for each
+	// message's acknowledgement before sending the next. Default false.
+	SyncPublish bool
 	// Logger gets watermill's logs. Default none.
 	Logger watermill.LoggerAdapter
 }
@@ -57,6 +68,9 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 5 * time.Second
 	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
@@ -67,6 +81,14 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
 		nc.Close()
 		return nil, err
+	}
+	if !cfg.SyncPublish {
+		js, err := nc.JetStream(nats.PublishAsyncMaxPending(4096))
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
+		}
+		return &asyncPublisher{nc: nc, js: js, timeout: cfg.AckTimeout}, nil
 	}
 	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
 		Marshaler:         &wmnats.NATSMarshaler{},
@@ -97,5 +119,51 @@ func EnsureStream(nc *nats.Conn, stream string, subjects []string) error {
 	if _, err := js.AddStream(&nats.StreamConfig{Name: stream, Subjects: subjects}); err != nil {
 		return fmt.Errorf("natsbridge: creating stream %s for %v: %w", stream, subjects, err)
 	}
+	return nil
+}
+
+// asyncPublisher sends a Publish call's messages without waiting, then
+// waits for every acknowledgement.
+type asyncPublisher struct {
+	nc      *nats.Conn
+	js      nats.JetStreamContext
+	timeout time.Duration
+	m       wmnats.NATSMarshaler
+}
+
+// Publish sends msgs to subject topic in order and returns once JetStream
+// stored all of them (or with the first error; then some may be stored,
+// which a retry with the same UUIDs does not duplicate within the stream's
+// duplicate window).
+func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
+	futures := make([]nats.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		nm, err := p.m.Marshal(topic, m)
+		if err != nil {
+			return fmt.Errorf("natsbridge: %w", err)
+		}
+		f, err := p.js.PublishMsgAsync(nm, nats.MsgId(m.UUID))
+		if err != nil {
+			return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+		}
+		futures = append(futures, f)
+	}
+	timeout := time.NewTimer(p.timeout)
+	defer timeout.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+		case <-timeout.C:
+			return fmt.Errorf("natsbridge: publishing to %s: no acknowledgement from JetStream within %s", topic, p.timeout)
+		}
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (p *asyncPublisher) Close() error {
+	p.nc.Close()
 	return nil
 }

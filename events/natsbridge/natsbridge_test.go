@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -106,4 +108,45 @@ func TestUnreachableServer(t *testing.T) {
 func pglogreplParse(s string) (uint64, error) {
 	lsn, err := pglogrepl.ParseLSN(s)
 	return uint64(lsn), err
+}
+
+// Both publishers write the same wire format, in order, with Nats-Msg-Id
+// deduplication: a re-published message is stored once.
+func TestPublishersOrderAndDeduplicate(t *testing.T) {
+	t.Parallel()
+	for _, sync := range []bool{false, true} {
+		prefix := "pgwake_test_" + randomName()
+		stream := strings.ToUpper(prefix)
+		pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix}, SyncPublish: sync})
+		require.NoError(t, err)
+		nc, err := nats.Connect(natsURL())
+		require.NoError(t, err)
+		js, err := nc.JetStream()
+		require.NoError(t, err)
+		var msgs []*message.Message
+		for i := int64(1); i <= 50; i++ {
+			m, err := events.NewMessage("s", events.Event{ID: i, JobID: i, Type: events.TypeEnqueued, At: time.Now()}, pglogrepl.LSN(i))
+			require.NoError(t, err)
+			msgs = append(msgs, m)
+		}
+		require.NoError(t, pub.Publish(prefix, msgs...))
+		require.NoError(t, pub.Publish(prefix, msgs[40:]...)) // a retry
+		info, err := js.StreamInfo(stream)
+		require.NoError(t, err)
+		require.Equal(t, uint64(50), info.State.Msgs, "sync=%v", sync)
+		sub, err := js.SubscribeSync(prefix, nats.OrderedConsumer(), nats.DeliverAll())
+		require.NoError(t, err)
+		for i := int64(1); i <= 50; i++ {
+			msg, err := sub.NextMsg(30 * time.Second)
+			require.NoError(t, err)
+			ev, err := events.Decode(msg.Data)
+			require.NoError(t, err)
+			require.Equal(t, i, ev.ID, "sync=%v", sync)
+			require.Equal(t, strconv.FormatInt(i, 10), msg.Header.Get(events.MetaEventID))
+		}
+		_ = sub.Unsubscribe()
+		_ = js.DeleteStream(stream)
+		nc.Close()
+		require.NoError(t, pub.Close())
+	}
 }
