@@ -303,8 +303,12 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 				defer func() { <-l.slots }()
 				l.c.runBatch(hardCtx, batch, l)
 			}()
-			if waiter != waiterBusy {
-				// Producers need not wake us while we are busy.
+			if waiter != waiterBusy && len(l.slots) == cap(l.slots) {
+				// Saturated: every slot is busy, so producers need not wake
+				// us (we claim again as soon as a slot frees). Below
+				// saturation the idle mark stays: unmarking and re-marking
+				// around every job would cost four statements per job, and
+				// a mark that stayed up needs no barrier to sleep again.
 				if l.c.setWaiter(ctx, l.queue, false) == nil {
 					waiter = waiterBusy
 				} else {
