@@ -142,17 +142,36 @@ func purgeNATSStream(b *testing.B, url, stream string) {
 // acknowledged), the slot lag when the queue finished, and how long the
 // stream needed after that to catch up.
 func BenchmarkQueueWithStream(b *testing.B) {
-	e := eventstest.NewEnv(b)
-	ctx := context.Background()
 	ps := events.NewGoChannel(nil)
 	defer ps.Close()
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
+	sub, err := ps.Subscribe(context.Background(), "pgwake.events")
 	require.NoError(b, err)
 	go func() {
 		for m := range sub {
 			m.Ack()
 		}
 	}()
+	benchQueueWithStream(b, ps)
+}
+
+// BenchmarkQueueWithStreamNATS is BenchmarkQueueWithStream into NATS
+// JetStream.
+func BenchmarkQueueWithStreamNATS(b *testing.B) {
+	url := os.Getenv("PGWAKE_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	stream := "PGWAKE_BENCH_QUEUE_EVENTS"
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{"pgwake.benchq.events"}})
+	require.NoError(b, err)
+	defer pub.Close()
+	benchQueueWithStream(b, &topicOverride{pub: pub, topic: "pgwake.benchq.events"})
+	purgeNATSStream(b, url, stream)
+}
+
+func benchQueueWithStream(b *testing.B, ps message.Publisher) {
+	e := eventstest.NewEnv(b)
+	ctx := context.Background()
 	cfg := e.Config(ps)
 	cfg.StatusInterval = time.Second
 	s, _ := e.RunStream(cfg)
