@@ -42,9 +42,9 @@ func TestWorkerProcessesKilled(t *testing.T) {
 		}
 		time.Sleep(rand.N(20 * time.Millisecond))
 		v := rand.N(procs)
-		// Claim transactions of the victim open right now: the kill lands
-		// in the middle of their handlers.
-		open := w.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL`, workers[v].app)
+		// Transactions of the victim that have written (an effect, at
+		// least) and not committed: the kill lands in their handlers.
+		open := w.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL`, workers[v].app)
 		workers[v].kill()
 		if open > 0 {
 			midTx++
@@ -56,5 +56,5 @@ func TestWorkerProcessesKilled(t *testing.T) {
 	for _, h := range workers {
 		h.kill()
 	}
-	w.check(t.Name(), n, true, kills, prod, fmt.Sprintf("processes=%d kills_with_open_claim_tx=%d", procs, midTx))
+	w.check(t.Name(), n, true, kills, prod, fmt.Sprintf("processes=%d kills_with_uncommitted_effects=%d", procs, midTx))
 }
