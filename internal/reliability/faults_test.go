@@ -65,8 +65,8 @@ func (w *world) probe(prod *producers, n int) {
 // workers: a missed wake-up shows as a job that never runs.
 const noPoll = time.Hour
 
-// TestConnectionsTerminated terminates a random pgwake connection (worker
-// pools, producer pool, LISTEN sessions) every 100-400 ms while the
+// TestConnectionsTerminated terminates a pgwake connection (in turn a worker
+// pool's, the producer pool's, a LISTEN session) every 100-400 ms while the
 // workload runs. Work resumes each time by itself and nothing is done
 // twice; attempts broken by a dead connection are recorded as failures and
 // retried, so attempts may exceed the planned ones.
@@ -82,7 +82,10 @@ func TestConnectionsTerminated(t *testing.T) {
 	var wg sync.WaitGroup
 	killed := map[string]int{}
 	wg.Go(func() {
-		for {
+		// Take turns: a worker connection, a producer connection, a LISTEN
+		// session; a random backend of that kind each time.
+		apps := []string{appWorker, appProducer, appListener}
+		for round := 0; ; round++ {
 			select {
 			case <-stop:
 				return
@@ -93,8 +96,8 @@ func TestConnectionsTerminated(t *testing.T) {
 			err := w.admin.QueryRow(ctx, `SELECT application_name FROM (
 				SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE pid = (SELECT pid FROM pg_stat_activity
-					WHERE application_name IN ($1, $2, $3) AND datname = current_database()
-					ORDER BY random() LIMIT 1)) t`, appWorker, appProducer, appListener).Scan(&app)
+					WHERE application_name = $1 AND datname = current_database()
+					ORDER BY random() LIMIT 1)) t`, apps[round%len(apps)]).Scan(&app)
 			cancel()
 			if err == nil {
 				killed[app]++
