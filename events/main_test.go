@@ -3,6 +3,7 @@ package events_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -14,6 +15,10 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
+	}
+	if fuzzWorker() {
+		// Fuzz targets need no database: do not start a cluster per worker.
+		os.Exit(m.Run())
 	}
 	code := pgtest.Run(m)
 	if code == 0 {
@@ -33,3 +38,13 @@ var (
 	checkDelivery = eventstest.CheckDelivery
 	waitFor       = eventstest.WaitFor
 )
+
+// fuzzWorker reports whether this process is a `go test -fuzz` worker.
+func fuzzWorker() bool {
+	for _, a := range os.Args[1:] {
+		if strings.HasPrefix(a, "-test.fuzzworker") {
+			return true
+		}
+	}
+	return false
+}

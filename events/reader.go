@@ -111,9 +111,9 @@ func (r *reader) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("events: XLogData: %w", err)
 		}
-		m, err := pglogrepl.Parse(xld.WALData)
+		m, err := parseLogical(xld.WALData)
 		if err != nil {
-			return fmt.Errorf("events: pgoutput message: %w", err)
+			return err
 		}
 		return r.logical(ctx, m)
 	}
@@ -273,4 +273,23 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) 
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// parseLogical decodes one pgoutput message. pglogrepl trusts the server
+// and indexes without bounds checks; a malformed message (a broken proxy, a
+// bug) becomes an error that ends the session instead of a panic.
+func parseLogical(data []byte) (m pglogrepl.Message, err error) {
+	if len(data) == 0 {
+		return nil, errors.New("events: empty pgoutput message")
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			m, err = nil, fmt.Errorf("events: malformed pgoutput message %q: %v", data[0], p)
+		}
+	}()
+	m, err = pglogrepl.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("events: pgoutput message: %w", err)
+	}
+	return m, nil
 }
