@@ -104,14 +104,19 @@ func TestConnectionsTerminated(t *testing.T) {
 			}
 		}
 	})
-	prod.wait(5 * time.Minute)
-	w.waitAllFinal(n, 5*time.Minute)
+	prod.wait(hangGuard())
+	w.waitAllFinal(n, hangGuard())
 	close(stop)
 	wg.Wait()
 	// Each worker client has its LISTEN session back.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for w.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appListener) < 3 {
-		require.True(t, time.Now().Before(deadline), "listeners did not reconnect")
+		if time.Now().After(deadline) {
+			var sessions string
+			_ = w.admin.QueryRow(context.Background(), `SELECT string_agg(application_name || ':' || coalesce(state, '?'), ', ')
+				FROM pg_stat_activity WHERE application_name LIKE 'pgwake%'`).Scan(&sessions)
+			t.Fatalf("listeners did not reconnect within 2m; sessions: %s", sessions)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	w.probe(prod, n)
@@ -149,8 +154,8 @@ func TestPostgresRestart(t *testing.T) {
 			restart := time.Since(begin)
 			up := w.dbNow()
 			firstJob := w.firstCompletionAfter(up, 2*time.Minute)
-			prod.wait(5 * time.Minute)
-			w.waitAllFinal(n, 5*time.Minute)
+			prod.wait(hangGuard())
+			w.waitAllFinal(n, hangGuard())
 			w.probe(prod, n)
 			w.check(t.Name(), n+1, false, 1, prod, fmt.Sprintf("restart_took=%s first_job_after_restart=%s producer_retries=%d",
 				restart.Round(time.Millisecond), firstJob.Round(time.Millisecond), prod.retries.Load()))
@@ -190,8 +195,8 @@ func TestNetworkStall(t *testing.T) {
 		px.unpause()
 		resumed = append(resumed, fmt.Sprintf("%s->%s", pause, w.firstCompletionAfter(t0, 2*time.Minute).Round(time.Millisecond)))
 	}
-	prod.wait(5 * time.Minute)
-	w.waitAllFinal(n, 5*time.Minute)
+	prod.wait(hangGuard())
+	w.waitAllFinal(n, hangGuard())
 	w.check(t.Name(), n, false, len(pauses), prod, fmt.Sprintf("poll=%s stalls(pause->first_job_after)=%s", poll, strings.Join(resumed, ",")))
 }
 

@@ -51,8 +51,8 @@ func TestWorkerProcessesKilled(t *testing.T) {
 		}
 		workers[v] = start()
 	}
-	prod.wait(5 * time.Minute)
-	w.waitAllFinal(n, 5*time.Minute)
+	prod.wait(hangGuard())
+	w.waitAllFinal(n, hangGuard())
 	for _, h := range workers {
 		h.kill()
 	}

@@ -36,6 +36,16 @@ func size(ci, fullSize int) int {
 	return ci
 }
 
+// hangGuard is how long a run may take before the test calls it hung: a
+// guard against hangs, not a speed requirement, so it is generous (the
+// full size on a loaded machine takes minutes).
+func hangGuard() time.Duration {
+	if full() {
+		return 30 * time.Minute
+	}
+	return 8 * time.Minute
+}
+
 // Application names of the connections a workload opens, so faults can
 // pick them out in pg_stat_activity.
 const (
