@@ -13,7 +13,7 @@ func FuzzEncodePayload(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, err := encodePayload(json.RawMessage(b))
+		out, err := encodePayload(json.RawMessage(b), 1<<20)
 		if err != nil {
 			return
 		}

@@ -179,12 +179,9 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 	if err := ValidateKind(p.kind); err != nil {
 		return fail("kind", err)
 	}
-	payload, err := encodePayload(j.Payload)
+	payload, err := encodePayload(j.Payload, c.cfg.MaxPayloadBytes)
 	if err != nil {
 		return fail("payload", err)
-	}
-	if len(payload) > c.cfg.MaxPayloadBytes {
-		return fail("payload", fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(payload), c.cfg.MaxPayloadBytes))
 	}
 	p.payload = payload
 	if j.Priority < math.MinInt16 || j.Priority > math.MaxInt16 {
@@ -232,7 +229,8 @@ func containsNUL(s string) bool {
 
 // encodePayload turns a NewJob payload into JSON text that PostgreSQL's jsonb
 // accepts.
-func encodePayload(v any) ([]byte, error) {
+// Payloads over limit bytes are refused before they are parsed.
+func encodePayload(v any, limit int) ([]byte, error) {
 	var b []byte
 	switch p := v.(type) {
 	case nil:
@@ -251,6 +249,9 @@ func encodePayload(v any) ([]byte, error) {
 	}
 	if len(b) == 0 {
 		return []byte("{}"), nil
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxPayloadBytes)", ErrPayloadTooLarge, len(b), limit)
 	}
 	if !json.Valid(b) {
 		return nil, fmt.Errorf("%w: %d bytes that do not parse", ErrInvalidPayload, len(b))

@@ -152,6 +152,10 @@ func (c *Client) onNotify(ev notify.Event) {
 	}
 }
 
+// maxHintDelay caps delays taken from the database or a wake payload, so far
+// future jobs cannot overflow a time.Duration.
+const maxHintDelay = 100 * 365 * 24 * time.Hour
+
 // parseWake splits a wake payload "queue" or "queue|ms".
 func parseWake(payload string) (queue string, delay time.Duration) {
 	q, ms, ok := strings.Cut(payload, "|")
@@ -162,9 +166,7 @@ func parseWake(payload string) (queue string, delay time.Duration) {
 	if err != nil || n < 0 {
 		return q, 0
 	}
-	if n > int64(100*365*24*time.Hour/time.Millisecond) {
-		n = int64(100 * 365 * 24 * time.Hour / time.Millisecond)
-	}
+	n = min(n, int64(maxHintDelay/time.Millisecond))
 	return q, time.Duration(n) * time.Millisecond
 }
 
@@ -510,7 +512,10 @@ func (c *Client) claim(ctx context.Context, queue string, n int) (*batch, time.T
 	if ms == nil {
 		return nil, time.Time{}, nil
 	}
-	return nil, time.Now().Add(time.Duration(*ms * float64(time.Millisecond))), nil
+	// Far-future jobs (up to year 9999 is allowed) overflow a Duration:
+	// clamp, the poll interval bounds the sleep anyway.
+	d := min(*ms, float64(maxHintDelay/time.Millisecond))
+	return nil, time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
 }
 
 func rollback(tx pgx.Tx) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -130,27 +131,40 @@ func parseErrCause(err error) string {
 
 // redactURL replaces the password in a URL (or key=value DSN) with "xxxxx".
 func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	if strings.Contains(s, "://") {
+		if u, err := url.Parse(s); err == nil && u.Scheme != "" {
+			if u.User != nil {
+				if _, has := u.User.Password(); has {
+					u.User = url.UserPassword(u.User.Username(), "xxxxx")
+				}
+			}
+			// pgx also takes ?password=... in a URL.
+			q := u.Query()
+			changed := false
+			for k := range q {
+				if strings.EqualFold(k, "password") {
+					q.Set(k, "xxxxx")
+					changed = true
+				}
+			}
+			if changed {
+				u.RawQuery = q.Encode()
+			}
+			return u.Redacted() // also masks any password left
 		}
-		return u.Redacted() // also masks any password left
-	}
-	// key=value form: mask password=...
-	fields := strings.Fields(s)
-	for i, f := range fields {
-		if strings.HasPrefix(strings.ToLower(f), "password=") {
-			fields[i] = "password=xxxxx"
+		// Unparseable URL: drop the userinfo and any password parameter.
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			if p := strings.Index(s, "://"); p >= 0 && p < at {
+				s = s[:p+3] + "xxxxx" + s[at:]
+			}
 		}
+		return urlPasswordParam.ReplaceAllString(s, "${1}xxxxx")
 	}
-	if len(fields) > 0 && !strings.Contains(s, "://") {
-		return strings.Join(fields, " ")
-	}
-	// Unparseable URL: keep scheme and host, drop the rest of the userinfo.
-	if at := strings.LastIndex(s, "@"); at >= 0 {
-		if p := strings.Index(s, "://"); p >= 0 && p < at {
-			return s[:p+3] + "xxxxx" + s[at:]
-		}
-	}
-	return s
+	// keyword/value form: password=..., password = '...'.
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
 }
+
+var (
+	urlPasswordParam = regexp.MustCompile(`(?i)([?&]password=)[^&#]*`)
+	kvPassword       = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)`)
+)
