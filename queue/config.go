@@ -59,13 +59,13 @@ type Config struct {
 	// Backoff returns the delay before retry number attempt (1 after the first
 	// failure). Default DefaultBackoff: 30s, 1m, 2m, 4m, ... capped at 24h.
 	Backoff func(attempt int) time.Duration
-	// MaxBatch caps how many jobs one claim transaction takes. When every
-	// worker slot of a queue is busy and handlers are fast, the last free slot
-	// claims several due jobs at once and runs them one after another in that
-	// transaction, each behind its own savepoint, then commits them together:
-	// far fewer commits per job. The batch is sized so its handlers take
-	// about BatchTarget; slow handlers get one job per claim, and while other
-	// slots are free every claim takes one job. Default 32; 1 disables.
+	// MaxBatch caps how many jobs one claim transaction takes. Under a
+	// backlog (the previous claim found work, or every worker slot is busy)
+	// and with fast handlers, a claim takes several due jobs and runs them
+	// one after another in that transaction, each behind its own savepoint,
+	// then commits them together: far fewer commits and round trips per job.
+	// The batch is sized so its handlers take about BatchTarget; slow
+	// handlers get one job per claim. Default 32; 1 disables.
 	MaxBatch int
 	// BatchTarget is the handler time a batch aims for. Default 2ms.
 	BatchTarget time.Duration

@@ -274,10 +274,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			return
 		case l.slots <- struct{}{}:
 		}
-		// Batch only when saturated: while other slots are free, jobs run in
-		// parallel, one per transaction.
+		// Batch when there is a backlog (the last look found work, or every
+		// slot is busy): one dispatcher claims for all slots, so one job per
+		// claim would cap throughput at one round trip per job. The batch is
+		// sized to BatchTarget of handler time, so slow handlers still get one
+		// job each and run in parallel. A fresh wake-up takes one job.
 		n := 1
-		if len(l.slots) == cap(l.slots) {
+		if source == sourceBusy || len(l.slots) == cap(l.slots) {
 			n = l.batchSize()
 		}
 		batch, next, err := l.c.claim(ctx, l.queue, n)
