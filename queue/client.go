@@ -90,7 +90,7 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 
 // statements holds the client's SQL, with the schema quoted in.
 type statements struct {
-	enqueue, enqueueOne, claim, next, succeed, fail, cancel, retry string
+	enqueue, enqueueOne, claim, claimAfter, next, succeed, fail, cancel, retry string
 	setWaiter, heartbeat, dropWaiters, pruneWaiters                string
 }
 
@@ -133,15 +133,12 @@ WITH ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
 	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::bigint * interval '1 microsecond'), $7, $8)` + enqueueTail,
 
-		claim: `
-SELECT id, queue, kind, payload, priority, attempts, max_attempts, run_after, created_at,
-	coalesce(unique_key, ''), coalesce(last_error, ''),
-	extract(epoch FROM clock_timestamp() - greatest(run_after, created_at))::float8
-FROM ` + jobs + `
-WHERE state = 'pending' AND queue = $1 AND run_after <= now()
-ORDER BY priority, run_after, id
-LIMIT $2
-FOR UPDATE SKIP LOCKED`,
+		claim: claimSQL(jobs, ""),
+		// The same, starting after the last job this worker claimed: under a
+		// backlog the head of the claim index fills with entries of finished
+		// jobs (dead until vacuum), and a scan from the head steps over all
+		// of them on every claim.
+		claimAfter: claimSQL(jobs, "AND (priority, run_after, id) > ($3::smallint, $4::timestamptz, $5::bigint)"),
 
 		// Milliseconds until the queue's earliest future job, NULL if none.
 		// The claim index is ordered by priority first, so walk the queue's
@@ -230,6 +227,18 @@ WITH j AS (
 )
 SELECT id, (SELECT count(*) FROM wake) FROM j`,
 	}
+}
+
+func claimSQL(jobs, after string) string {
+	return `
+SELECT id, queue, kind, payload, priority, attempts, max_attempts, run_after, created_at,
+	coalesce(unique_key, ''), coalesce(last_error, ''),
+	extract(epoch FROM clock_timestamp() - greatest(run_after, created_at))::float8
+FROM ` + jobs + `
+WHERE state = 'pending' AND queue = $1 AND run_after <= now() ` + after + `
+ORDER BY priority, run_after, id
+LIMIT $2
+FOR UPDATE SKIP LOCKED`
 }
 
 func newClientID() string {

@@ -679,3 +679,52 @@ func TestWorkerTimerFromDatabaseAcrossPriorities(t *testing.T) {
 	}
 	require.Zero(t, e.metric("pgwake_worker_claims_total", map[string]string{"source": "poll"}))
 }
+
+// Under a backlog, claims continue after the last claimed job instead of
+// re-reading the head of the index; a more urgent job enqueued meanwhile
+// must still overtake the backlog soon.
+func TestUrgentJobOvertakesBacklog(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []int64
+	e := newEnv(t, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			mu.Lock()
+			order = append(order, j.ID)
+			mu.Unlock()
+			time.Sleep(50 * time.Microsecond)
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	const n = 5000
+	jobs := make([]queue.NewJob, n)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "k", Priority: 5}
+	}
+	_, err := e.c.EnqueueMany(ctx, jobs)
+	require.NoError(t, err)
+	e.run()
+	done := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
+	waitFor(t, 60*time.Second, "backlog started", func() bool { return done() >= 100 })
+	urgent, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Priority: 0})
+	require.NoError(t, err)
+	mu.Lock()
+	atEnqueue := len(order)
+	mu.Unlock()
+	waitFor(t, 120*time.Second, "all done", func() bool { return done() == n+1 })
+	pos := -1
+	for i, id := range order {
+		if id == urgent.ID {
+			pos = i
+		}
+	}
+	require.GreaterOrEqual(t, pos, 0)
+	if atEnqueue > n-600 {
+		t.Skipf("the backlog drained too fast to observe (urgent enqueued after %d of %d)", atEnqueue, n)
+	}
+	// At most headEvery (16) claims of MaxBatch (32) jobs pass it, per slot.
+	require.Less(t, pos-atEnqueue, 2*16*32+64, "urgent job waited behind %d backlog jobs", pos-atEnqueue)
+	require.Less(t, pos, n, "urgent job ran before the backlog ended")
+}

@@ -268,6 +268,8 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 	var nextAt time.Time // earliest future run_after known
 	errBackoff := 100 * time.Millisecond
 	waiter := waiterUnknown
+	var cursor *claimCursor // where the last claim ended, while a backlog lasts
+	sinceHead := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,7 +285,19 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		if source == sourceBusy || len(l.slots) == cap(l.slots) {
 			n = l.batchSize()
 		}
-		batch, next, err := l.c.claim(ctx, l.queue, n)
+		var after *claimCursor
+		if source == sourceBusy && cursor != nil && sinceHead < headEvery {
+			after = cursor
+			sinceHead++
+		} else {
+			sinceHead = 0
+		}
+		batch, next, err := l.c.claim(ctx, l.queue, n, after)
+		cursor = nil
+		if batch != nil {
+			last := &batch.jobs[len(batch.jobs)-1].job
+			cursor = &claimCursor{priority: int16(last.Priority), runAfter: last.RunAfter, id: last.ID}
+		}
 		if err != nil {
 			<-l.slots
 			if ctx.Err() != nil {
@@ -464,18 +478,29 @@ type claimedJob struct {
 	wait time.Duration // from due to claim
 }
 
+// claimCursor is the index position of the last job a worker claimed.
+type claimCursor struct {
+	priority int16
+	runAfter time.Time
+	id       int64
+}
+
+// headEvery is how many claims in a row may start after the cursor before
+// one starts at the head of the index again (to pick up jobs that sort
+// before it: a more urgent priority, a job released by a crashed worker).
+const headEvery = 16
+
 // claim begins a transaction and locks up to n due jobs of queue, in one
-// round trip. With no job due it returns nil and the time of the queue's
-// earliest delayed job (zero if none).
-func (c *Client) claim(ctx context.Context, queue string, n int) (*batch, time.Time, error) {
+// round trip; with a cursor, the scan starts after it (and falls back to the
+// head if nothing is there). With no job due it returns nil and the time of
+// the queue's earliest delayed job (zero if none).
+func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCursor) (*batch, time.Time, error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("acquire connection: %w", err)
 	}
 	b := &batch{conn: conn}
-	pb := &pgx.Batch{}
-	pb.BeginTx(pgx.TxOptions{})
-	pb.Queue(c.sql.claim, queue, n).Query(func(rows pgx.Rows) error {
+	scan := func(rows pgx.Rows) error {
 		for rows.Next() {
 			var cj claimedJob
 			j := &cj.job
@@ -491,12 +516,32 @@ func (c *Client) claim(ctx context.Context, queue string, n int) (*batch, time.T
 			b.jobs = append(b.jobs, cj)
 		}
 		return rows.Err()
-	})
+	}
+	pb := &pgx.Batch{}
+	pb.BeginTx(pgx.TxOptions{})
+	if after != nil {
+		pb.Queue(c.sql.claimAfter, queue, n, after.priority, after.runAfter, after.id).Query(scan)
+	} else {
+		pb.Queue(c.sql.claim, queue, n).Query(scan)
+	}
 	br := conn.Conn().SendBatch(ctx, pb)
 	b.tx = br.Tx()
 	if err := br.Close(); err != nil {
 		b.release()
 		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	}
+	if len(b.jobs) == 0 && after != nil {
+		// Nothing after the cursor: look from the head before concluding
+		// that nothing is due.
+		rows, err := b.tx.Query(ctx, c.sql.claim, queue, n)
+		if err == nil {
+			err = scan(rows)
+			rows.Close()
+		}
+		if err != nil {
+			b.release()
+			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+		}
 	}
 	if len(b.jobs) > 0 {
 		return b, time.Time{}, nil
