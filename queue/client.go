@@ -91,7 +91,7 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 // statements holds the client's SQL, with the schema quoted in.
 type statements struct {
 	enqueue, enqueueOne, claim, claimAfter, next, succeed, fail, cancel, retry string
-	setWaiter, heartbeat, dropWaiters, pruneWaiters                string
+	setWaiter, heartbeat, dropWaiters, pruneWaiters                            string
 }
 
 func newStatements(schema string) statements {
