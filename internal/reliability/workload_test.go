@@ -477,7 +477,8 @@ type report struct {
 	Failed         int           // jobs failed for good (1 in 100 by design)
 	DuplicateJobs  int           // unique keys held by more than one job
 	DuplicateFX    int           // succeeded jobs with more than one effect
-	Lost           int           // keys never enqueued, or jobs not final
+	Lost           int           // keys never enqueued, or succeeded without effect
+	Unfinished     int           // jobs not final when checked (still pending)
 	FailedFX       int           // effects left by failed attempts
 	Mismatches     int           // jobs whose events disagree with the jobs row
 	Retries        int           // attempts beyond the first, summed
@@ -489,8 +490,8 @@ type report struct {
 }
 
 func (r report) String() string {
-	s := fmt.Sprintf("RESULT %s: jobs=%d succeeded=%d failed=%d duplicate_effects=%d duplicate_jobs=%d lost=%d failed_attempt_effects=%d event_mismatches=%d retried_attempts=%d faults=%d producer_errors=%d worst_stall=%s",
-		r.Test, r.Jobs, r.Succeeded, r.Failed, r.DuplicateFX, r.DuplicateJobs, r.Lost, r.FailedFX, r.Mismatches, r.Retries,
+	s := fmt.Sprintf("RESULT %s: jobs=%d succeeded=%d failed=%d duplicate_effects=%d duplicate_jobs=%d lost=%d unfinished=%d failed_attempt_effects=%d event_mismatches=%d retried_attempts=%d faults=%d producer_errors=%d worst_stall=%s",
+		r.Test, r.Jobs, r.Succeeded, r.Failed, r.DuplicateFX, r.DuplicateJobs, r.Lost, r.Unfinished, r.FailedFX, r.Mismatches, r.Retries,
 		r.Faults, r.ProducerErrors, r.WorstStall.Round(time.Millisecond))
 	if r.Extra != "" {
 		s += " " + r.Extra
@@ -645,7 +646,7 @@ func (w *world) check(name string, n int, exactAttempts bool, faults int, prod *
 					problem("job %d (%s, %s) failed for good", j.id, key, mode)
 				}
 			default:
-				r.Lost++
+				r.Unfinished++
 				problem("job %d (%s) is %s, not final", j.id, key, j.state)
 			}
 			if j.attempts > 0 {
