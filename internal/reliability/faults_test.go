@@ -56,7 +56,15 @@ func (w *world) firstCompletionAfter(t0 time.Time, d time.Duration) time.Duratio
 // them: the listeners and the waiters table work again.
 func (w *world) probe(prod *producers, n int) {
 	w.t.Helper()
-	_, err := prod.client.Enqueue(context.Background(), newJob(n))
+	// The producer pool may still hold a connection the fault killed while
+	// idle: its first use fails before anything is written. Retry (the job's
+	// unique key makes a retry after an unknown outcome harmless).
+	var err error
+	for range 5 {
+		if _, err = prod.client.Enqueue(context.Background(), newJob(n)); err == nil {
+			break
+		}
+	}
 	require.NoError(w.t, err)
 	w.waitAllFinal(n+1, 2*time.Minute)
 }
