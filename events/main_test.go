@@ -34,6 +34,7 @@ type env = eventstest.Env
 
 var (
 	newEnv        = eventstest.NewEnv
+	newEnvOn      = eventstest.NewEnvOn
 	collect       = eventstest.Collect
 	checkDelivery = eventstest.CheckDelivery
 	waitFor       = eventstest.WaitFor

@@ -69,11 +69,12 @@ func TestStreamSurvivesTerminatedWalsender(t *testing.T) {
 // Not parallel: restarting the test binary's cluster breaks every
 // connection. Parallel tests run only after the sequential ones.
 func TestStreamSurvivesPostgresRestart(t *testing.T) {
-	cluster := pgtest.Cluster()
-	if cluster == nil {
-		t.Skipf("$%s points at an external server this test cannot restart", pgtest.EnvURL)
-	}
+	cluster := pgtest.RestartableCluster(t)
 	e := newEnv(t)
+	if cluster != pgtest.Cluster() {
+		// A private cluster: the stream and its checks run there.
+		e = newEnvOn(t, pgtest.PoolOn(t, cluster.URL, nil))
+	}
 	modes := []string{"fast", "immediate"}
 	interruptions(t, e, len(modes), func(round int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

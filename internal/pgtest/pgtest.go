@@ -175,6 +175,37 @@ func Cluster() *pgcluster.Cluster {
 	return cluster
 }
 
+// RestartableCluster returns a server this test may restart or stop: the
+// test binary's own cluster, or, when $TEST_DATABASE_URL points at a server
+// that is not ours, a private throwaway cluster stopped at tb.Cleanup. Tests
+// that need restarts use it instead of skipping.
+func RestartableCluster(tb testing.TB) *pgcluster.Cluster {
+	tb.Helper()
+	if c := Cluster(); c != nil {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		tb.Fatalf("pgtest: private cluster: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+// PoolOn returns a pool on url (closed at tb.Cleanup), for a server other
+// than URL(), such as a private RestartableCluster.
+func PoolOn(tb testing.TB, url string, mutate func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
+	p, err := newPool(url, mutate)
+	if err != nil {
+		tb.Fatalf("pgtest: pool on %s: %v", url, err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
 // Pool returns the test binary's shared pool (MaxConns 40), created on
 // first use and closed by Main at the end. Do not Close it.
 func Pool(tb testing.TB) *pgxpool.Pool {
@@ -199,12 +230,7 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // adjusted its config; it is closed at tb.Cleanup.
 func NewPool(tb testing.TB, mutate func(*pgxpool.Config)) *pgxpool.Pool {
 	tb.Helper()
-	p, err := newPool(URL(), mutate)
-	if err != nil {
-		tb.Fatalf("pgtest: NewPool: %v", err)
-	}
-	tb.Cleanup(p.Close)
-	return p
+	return PoolOn(tb, URL(), mutate)
 }
 
 func newPool(u string, mutate func(*pgxpool.Config)) (*pgxpool.Pool, error) {
@@ -237,7 +263,13 @@ const SchemaMaxLen = 40
 // ... CASCADE, ignoring errors.
 func Schema(tb testing.TB) string {
 	tb.Helper()
-	pool := Pool(tb)
+	return SchemaOn(tb, Pool(tb))
+}
+
+// SchemaOn is Schema on the server behind pool (a private cluster, or the
+// shared server through a pool with other settings).
+func SchemaOn(tb testing.TB, pool *pgxpool.Pool) string {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,16 +110,12 @@ type world struct {
 func newWorld(t *testing.T, ownCluster bool) *world {
 	t.Helper()
 	w := &world{t: t, url: pgtest.URL(), cluster: pgtest.Cluster()}
-	if ownCluster && w.cluster == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		c, err := pgcluster.Start(ctx, pgcluster.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Stop() })
-		w.cluster, w.url = c, c.URL
+	if ownCluster {
+		w.cluster = pgtest.RestartableCluster(t)
+		w.url = w.cluster.URL
 	}
 	w.admin = w.pool(appAdmin, 8)
-	w.schema = freshSchema(t, w.admin)
+	w.schema = pgtest.SchemaOn(t, w.admin)
 	ctx := context.Background()
 	_, err := migrations.Up(ctx, w.admin, w.schema)
 	require.NoError(t, err)
@@ -129,34 +124,6 @@ func newWorld(t *testing.T, ownCluster bool) *world {
 		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	require.NoError(t, err)
 	return w
-}
-
-// freshSchema is pgtest.Schema on any server.
-func freshSchema(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	name := fmt.Sprintf("r_%s_%08x", sanitize(t.Name(), 20), rand.Uint32())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+sqlident.Quote(name)+` CASCADE`)
-	})
-	return name
-}
-
-func sanitize(s string, n int) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	out := b.String()
-	if len(out) > n {
-		out = out[len(out)-n:]
-	}
-	return strings.Trim(out, "_")
 }
 
 func (w *world) table(name string) string { return sqlident.Quote(w.schema, name) }

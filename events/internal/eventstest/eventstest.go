@@ -40,7 +40,12 @@ type Env struct {
 
 func NewEnv(t testing.TB) *Env {
 	t.Helper()
-	pool := pgtest.Pool(t)
+	return NewEnvOn(t, pgtest.Pool(t))
+}
+
+// NewEnvOn is NewEnv on another server's pool (a private cluster).
+func NewEnvOn(t testing.TB, pool *pgxpool.Pool) *Env {
+	t.Helper()
 	schema := pgtest.Schema(t)
 	_, err := migrations.Up(context.Background(), pool, schema)
 	require.NoError(t, err)
