@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,23 +64,7 @@ func (e *env) table(name string) string { return sqlident.Quote(e.schema, name) 
 
 // run starts the client's workers and stops them at cleanup.
 func (e *env) run() (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(e.t, err)
-			case <-time.After(60 * time.Second):
-				e.t.Error("Run did not return within 60s of cancel")
-			}
-		})
-	}
-	e.t.Cleanup(stop)
-	return stop
+	return pgtest.RunInBackground(e.t, "queue client", e.c.Run)
 }
 
 // effect records, in the claim transaction, that a handler ran.

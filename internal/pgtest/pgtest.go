@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -329,4 +330,33 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails (crypto/rand panics instead)
 	return hex.EncodeToString(b)
+}
+
+// RunInBackground runs run (a Client's, Stream's or Listener's Run) in a
+// goroutine until the returned stop is called or the test ends. stop cancels
+// its context and requires it to return nil within two minutes; otherwise
+// the test fails with a goroutine dump. stop is safe to call twice.
+func RunInBackground(tb testing.TB, what string, run func(context.Context) error) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("%s: Run returned %v", what, err)
+				}
+			case <-time.After(2 * time.Minute):
+				var buf strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+				tb.Errorf("%s: Run did not return within 2m of cancel; goroutines:\n%s", what, buf.String())
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
 }

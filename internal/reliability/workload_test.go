@@ -228,23 +228,7 @@ func (w *world) startWorker(url string, poll, maxHold time.Duration) (c *queue.C
 	pool := w.poolOn(url, appWorker, 6)
 	c, err := queue.New(pool, workerConfig(w.schema, poll, maxHold))
 	require.NoError(w.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(w.t, err)
-			case <-time.After(2 * time.Minute):
-				w.t.Error("worker Run did not return within 2m of cancel")
-			}
-		})
-	}
-	w.t.Cleanup(stop)
-	return c, stop
+	return c, pgtest.RunInBackground(w.t, "worker", c.Run)
 }
 
 // producers enqueue jobs 0..n-1 at about rate jobs/s in total (0: as fast

@@ -127,23 +127,7 @@ func (e *Env) QueueClient(workers int) *queue.Client {
 
 // runQueue runs c until the test ends.
 func (e *Env) RunQueue(c *queue.Client) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(e.T, err)
-			case <-time.After(60 * time.Second):
-				e.T.Error("queue Run did not return within 60s")
-			}
-		})
-	}
-	e.T.Cleanup(stop)
-	return stop
+	return pgtest.RunInBackground(e.T, "queue client", c.Run)
 }
 
 func (e *Env) Count(sql string, args ...any) int {
