@@ -91,7 +91,7 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 // statements holds the client's SQL, with the schema quoted in.
 type statements struct {
 	enqueue, enqueueOne, claim, claimAfter, next, succeed, fail, cancel, retry string
-	setWaiter, heartbeat, dropWaiters, pruneWaiters                            string
+	setWaiter, heartbeat, dropWaiters, pruneWaiters, uniqueHolders             string
 }
 
 func newStatements(schema string) statements {
@@ -199,8 +199,9 @@ ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at 
 		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
 		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
 ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
-		dropWaiters:  `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
-		pruneWaiters: `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
+		uniqueHolders: `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1) AND state = 'pending'`,
+		dropWaiters:   `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
+		pruneWaiters:  `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
 
 		cancel: `
 WITH j AS (
@@ -417,8 +418,7 @@ func (c *Client) resolveDuplicates(ctx context.Context, q querier, ps []prepared
 	for k, i := range dups {
 		keys[k] = *ps[i].uniqueKey
 	}
-	rows, err := q.Query(ctx, `SELECT unique_key, id FROM `+sqlident.Quote(c.cfg.Schema, "jobs")+
-		` WHERE unique_key = ANY($1) AND state = 'pending'`, keys)
+	rows, err := q.Query(ctx, c.sql.uniqueHolders, keys)
 	if err != nil {
 		return nil, fmt.Errorf("queue: enqueue: look up unique keys: %w", err)
 	}

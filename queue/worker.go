@@ -429,11 +429,17 @@ func (c *Client) setWaiter(ctx context.Context, queue string, idle bool) error {
 	return nil
 }
 
+// wakeLockKey is the text whose hash keys a queue's advisory lock; it must
+// match wake_needed() in migration 0004: '<quoted schema>.' || queue.
+func (c *Client) wakeLockKey(queue string) string {
+	return sqlident.Quote(c.cfg.Schema) + "." + queue
+}
+
 // idleBarrier tries, without queueing, the queue's advisory lock that every
 // enqueue holds shared until it commits. Getting it means no producer that
 // checked for waiters before our idle mark is still in flight.
 func (c *Client) idleBarrier(ctx context.Context, queue string) (bool, error) {
-	key := sqlident.Quote(c.cfg.Schema) + "." + queue
+	key := c.wakeLockKey(queue)
 	delay := 200 * time.Microsecond
 	for i := 0; ; i++ {
 		var ok bool

@@ -49,11 +49,8 @@ Example:
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	options := bench.Flags(fs)
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	opts, err := options()
 	if err != nil {

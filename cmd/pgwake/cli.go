@@ -128,6 +128,17 @@ func (env *cliEnv) flags() *flag.FlagSet {
 
 // parse parses args into fs, turning flag errors into usage errors and -h
 // into help output. It returns errHelp after printing help.
+// parseNoArgs is parse for commands that take flags only.
+func (env *cliEnv) parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := env.parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
 func (env *cliEnv) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

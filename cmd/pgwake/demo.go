@@ -82,11 +82,8 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	if os.Getenv(envLogLevel) == "" {
 		args = append([]string{"--log-level", "error"}, args...)
 	}
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if o.jobs < 1 || o.jobs > 1_000_000 {
 		return usagef("--jobs %d is outside 1..1000000", o.jobs)

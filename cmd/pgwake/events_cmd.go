@@ -123,11 +123,8 @@ func eventsTail(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	slot := fs.String("slot", "", "persistent slot to resume from (default: a temporary slot)")
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	temporary := *slot == ""
 	if temporary {
@@ -165,11 +162,8 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	natsStream := fs.String("nats-stream", "PGWAKE_EVENTS", "JetStream stream for NATS")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9465", "address for /metrics and /healthz; \"off\" to disable")
 	lagWarn := fs.Int64("lag-warn-bytes", 1<<30, "warn when the slot retains more WAL than this")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	var topicFn events.TopicFunc
 	switch *topicBy {
@@ -250,11 +244,8 @@ func eventsReplay(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	afterID := fs.Int64("after-id", 0, "only events with a larger id")
 	since := fs.String("since", "", "only events from this RFC 3339 time, or this long ago (e.g. 1h)")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	t, err := parseSince(*since)
 	if err != nil {
@@ -290,11 +281,8 @@ func eventsReplay(ctx context.Context, env *cliEnv, args []string) error {
 
 func eventsVerify(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	pool, err := env.connect(ctx)
 	if err != nil {
@@ -321,11 +309,8 @@ func eventsVerify(ctx context.Context, env *cliEnv, args []string) error {
 func eventsSlots(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	pool, err := env.connect(ctx)
 	if err != nil {
@@ -428,11 +413,8 @@ func eventsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	olderThan := fs.Duration("older-than", 0, "delete events older than this, of jobs finished before then (required, e.g. 336h)")
 	batch := fs.Int("batch", 10000, "rows per DELETE statement")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *olderThan <= 0 {
 		return usagef("--older-than is required and must be positive, e.g. 336h")

@@ -113,11 +113,8 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	state := fs.String("state", "", "only this state: pending, succeeded, failed, cancelled")
 	limit := fs.Int("limit", 50, "at most this many jobs, newest first")
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *state != "" && !contains(validStates, *state) {
 		return usagef("--state %q: use one of %s", *state, strings.Join(validStates, ", "))

@@ -119,11 +119,8 @@ func runStats(ctx context.Context, env *cliEnv, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON document instead of a table")
 	watch := fs.Bool("watch", false, "print again every --interval until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval for --watch")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *interval < 100*time.Millisecond {
 		return usagef("--interval %s is below 100ms", *interval)

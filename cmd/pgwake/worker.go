@@ -87,11 +87,8 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
 	fs.StringVar(&o.listenerURL, "listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($PGWAKE_LISTENER_URL)")
-	if err := env.parse(fs, args); err != nil {
+	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if o.listenerURL == "" {
 		o.listenerURL = envOr("PGWAKE_LISTENER_URL", "")
