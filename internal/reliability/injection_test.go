@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,11 +46,17 @@ var hostile = []string{
 	"\xff\xfe",
 }
 
+var canaryMu sync.Mutex
+
 // canary is a table the hostile names try to drop; it must survive.
 func canary(t *testing.T, w *world) func() {
 	t.Helper()
 	ctx := context.Background()
+	// Parallel tests would race on IF NOT EXISTS (a unique violation on
+	// pg_type), so one creates it at a time.
+	canaryMu.Lock()
 	_, err := w.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.canary (x int)`)
+	canaryMu.Unlock()
 	require.NoError(t, err)
 	return func() {
 		t.Helper()
