@@ -9,7 +9,8 @@
 
 -- Workers and producers (package queue, `pgwake worker`, `pgwake enqueue`).
 GRANT USAGE ON SCHEMA {{schema}} TO {{app_role}};
-GRANT SELECT, INSERT, UPDATE ON {{schema}}.jobs TO {{app_role}};
+-- DELETE: workers delete finished jobs past their retention (queue.Retention).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.jobs TO {{app_role}};
 GRANT INSERT ON {{schema}}.events TO {{app_role}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.waiters TO {{app_role}};
 GRANT USAGE ON SEQUENCE {{schema}}.jobs_id_seq, {{schema}}.events_id_seq TO {{app_role}};

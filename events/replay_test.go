@@ -143,6 +143,40 @@ func TestRetentionKeepsUnfinishedJobsAndVerifyHolds(t *testing.T) {
 	require.Empty(t, mismatches)
 }
 
+// Job retention deletes finished rows and keeps their events: Verify still
+// holds, and event retention then removes the orphaned history.
+func TestJobRetentionThenEventRetentionVerifyHolds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.QueueClient(4)
+	_, err := c.EnqueueMany(ctx, make100("ok"))
+	require.NoError(t, err)
+	_, err = c.Enqueue(ctx, queue.NewJob{Kind: "ok", Delay: time.Hour}) // stays pending
+	require.NoError(t, err)
+	stop := e.RunQueue(c)
+	waitFor(t, 60*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 1 })
+	stop()
+	_, err = e.Pool.Exec(ctx, `UPDATE `+e.Table("jobs")+` SET finished_at = now() - interval '2 days' WHERE state = 'succeeded'`)
+	require.NoError(t, err)
+	deleted, err := c.DeleteFinished(ctx, queue.Retention{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{queue.StateSucceeded: 100}, deleted)
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM `+e.Table("jobs")))
+	require.Len(t, e.TableEvents(), 201, "deleting jobs leaves the log alone")
+	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
+	require.NoError(t, err)
+	require.Empty(t, mismatches)
+
+	// The events of deleted jobs go with event retention; the pending job's stay.
+	n, err := events.DeleteBefore(ctx, e.Pool, e.Schema, time.Now().Add(time.Hour), 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(200), n)
+	mismatches, err = events.Verify(ctx, e.Pool, e.Schema)
+	require.NoError(t, err)
+	require.Empty(t, mismatches)
+}
+
 func TestVerifyFindsADifference(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -127,13 +127,32 @@ func New(cfg Config) (*Listener, error) {
 		}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{l.received, l.reconnects} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("notify: register metrics: %w", err)
-			}
+		// A registry may already hold these from an earlier listener of the
+		// process (a Client whose Run is called again): keep counting there.
+		var err error
+		if l.received, err = register(cfg.Registerer, l.received); err != nil {
+			return nil, err
+		}
+		if l.reconnects, err = register(cfg.Registerer, l.reconnects); err != nil {
+			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// register registers c, or returns the equal collector reg already has.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var dup prometheus.AlreadyRegisteredError
+	if errors.As(err, &dup) {
+		if existing, ok := dup.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		return c, fmt.Errorf("notify: register metrics: %w", err)
+	}
+	return c, nil
 }
 
 // ValidateChannel checks a channel name: a plain identifier of at most 63 bytes.

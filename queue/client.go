@@ -92,6 +92,7 @@ func WakeChannel(schema string) string { return schema + "_wake" }
 type statements struct {
 	enqueue, enqueueOne, claim, claimAfter, next, succeed, fail, cancel, retry string
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, uniqueHolders             string
+	deleteFinished                                                             string
 }
 
 func newStatements(schema string) statements {
@@ -199,9 +200,10 @@ ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at 
 		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
 		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
 ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
-		uniqueHolders: `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1) AND state = 'pending'`,
-		dropWaiters:   `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
-		pruneWaiters:  `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
+		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1) AND state = 'pending'`,
+		dropWaiters:    `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
+		pruneWaiters:   `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
+		deleteFinished: deleteFinishedSQL(schema),
 
 		cancel: `
 WITH j AS (

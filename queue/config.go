@@ -75,6 +75,10 @@ type Config struct {
 	MaxPayloadBytes int
 	// MaxErrorBytes truncates stored error text. Default 4096.
 	MaxErrorBytes int
+	// Retention is how long Run keeps finished jobs in the jobs table:
+	// succeeded and cancelled 24h, failed 7 days by default; negative keeps
+	// them for ever. See Retention.
+	Retention Retention
 	// Listener is a shared LISTEN connection (one per process). When nil, Run
 	// starts its own from ListenerConnConfig. A shared Listener is run by its
 	// owner, not by the Client.
@@ -145,6 +149,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	c.Retention = c.Retention.withDefaults()
 	qs := make(map[string]QueueConfig, len(c.Queues))
 	for name, qc := range c.Queues {
 		if qc.MaxWorkers == 0 {
@@ -205,7 +210,7 @@ func (c Config) validate() error {
 	if c.MaxErrorBytes < 64 {
 		return bad("MaxErrorBytes %d is below 64", c.MaxErrorBytes)
 	}
-	return nil
+	return c.Retention.validate()
 }
 
 func (c Config) timeout(kind string) time.Duration {

@@ -26,6 +26,7 @@ type metrics struct {
 	wait        *prometheus.HistogramVec
 	claims      *prometheus.CounterVec
 	claimErrors *prometheus.CounterVec
+	deleted     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
@@ -57,11 +58,15 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 			Name: "pgwake_worker_claim_errors_total",
 			Help: "Claim attempts that failed with a database error.",
 		}, []string{"queue"}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgwake_queue_jobs_deleted_total",
+			Help: "Finished jobs deleted by retention (Config.Retention), by state.",
+		}, []string{"state"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.enqueued, m.processed, m.duration, m.wait, m.claims, m.claimErrors, newDepthCollector(c)} {
+	for _, col := range []prometheus.Collector{m.enqueued, m.processed, m.duration, m.wait, m.claims, m.claimErrors, m.deleted, newDepthCollector(c)} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("queue: register metrics: %w", err)
 		}

@@ -572,6 +572,7 @@ func TestBadInputIsRejectedBeforeWriting(t *testing.T) {
 		"nil handler":     {Schema: "ok", Handlers: map[string]queue.Handler{"k": nil}},
 		"max attempts":    {Schema: "ok", MaxAttempts: -2},
 		"timeout no kind": {Schema: "ok", KindTimeouts: map[string]time.Duration{"x": time.Second}},
+		"retention tick":  {Schema: "ok", Retention: queue.Retention{Interval: time.Millisecond}},
 	} {
 		_, err := queue.New(e.pool, cfg)
 		require.Error(t, err, name)

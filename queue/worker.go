@@ -76,6 +76,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
 	bg.Go(func() { c.heartbeat(lctx) })
+	bg.Go(func() { c.cleaner(lctx) })
 	defer c.dropWaiters()
 	var loops sync.WaitGroup
 	for _, l := range c.loops {
@@ -362,7 +363,7 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 				continue
 			}
 		}
-		// Nothing due: wait.		// Nothing due: wait.
+		// Nothing due: wait.
 		for {
 			src, hint := l.takeWake()
 			if !hint.IsZero() && (nextAt.IsZero() || hint.Before(nextAt)) {

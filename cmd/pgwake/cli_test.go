@@ -318,6 +318,52 @@ func TestJobsRetryCancelShow(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("retried %d\n", failed), mustRun(t, "", "jobs", "retry", "--all-failed", "--kind", "k", "--schema", schema))
 }
 
+func TestJobsPrune(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	ctx := context.Background()
+	old := enqueueID(t, "", "--schema", schema, "--kind", "k")
+	recent := enqueueID(t, "", "--schema", schema, "--kind", "k")
+	failed := enqueueID(t, "", "--schema", schema, "--kind", "k")
+	pending := enqueueID(t, "", "--schema", schema, "--kind", "k")
+	jobs := sqlident.Quote(schema, "jobs")
+	_, err := pgtest.Pool(t).Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() - interval '2 hours' WHERE id = $1;`, old)
+	require.NoError(t, err)
+	_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id = $1`, recent)
+	require.NoError(t, err)
+	_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+jobs+` SET state = 'failed', finished_at = now() - interval '30 days' WHERE id = $1`, failed)
+	require.NoError(t, err)
+
+	r := pgwake(t, "", "jobs", "prune", "--schema", schema, "--succeeded", "0s")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "would delete every succeeded job")
+
+	require.Equal(t, "deleted 1 jobs (1 succeeded, 0 cancelled, 0 failed)\n",
+		mustRun(t, "", "jobs", "prune", "--schema", schema, "--succeeded", "1h", "--failed=-1s"))
+	remaining := func() []int64 {
+		var ids []int64
+		rows, err := pgtest.Pool(t).Query(ctx, `SELECT id FROM `+jobs+` ORDER BY id`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		require.NoError(t, rows.Err())
+		return ids
+	}
+	require.Equal(t, []int64{recent, failed, pending}, remaining())
+	// The history of a deleted job is still in the event log.
+	out := mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(old, 10))
+	require.Contains(t, out, "row deleted by retention")
+	require.Regexp(t, `(?m)^\s+\S+ \S+ \S+\s+enqueued\s+attempt 0`, out)
+	out = mustRun(t, "", "jobs", "show", "--json", "--schema", schema, strconv.FormatInt(old, 10))
+	require.Contains(t, out, `"deleted": true`)
+	require.Contains(t, out, `"kind": "k"`)
+	require.Equal(t, "deleted 1 jobs (0 succeeded, 0 cancelled, 1 failed)\n", mustRun(t, "", "jobs", "prune", "--schema", schema))
+	require.Equal(t, []int64{recent, pending}, remaining())
+}
+
 func TestEnqueue(t *testing.T) {
 	t.Parallel()
 	schema := migrated(t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,27 +22,33 @@ import (
 func init() {
 	register(command{
 		name:    "jobs",
-		summary: "list, show, retry or cancel jobs",
+		summary: "list, show, retry, cancel or prune jobs",
 		usage: `Usage: pgwake jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]
        pgwake jobs show ID [--json]
        pgwake jobs retry (ID... | --all-failed [--queue Q] [--kind K])
        pgwake jobs cancel ID...
+       pgwake jobs prune [--succeeded 24h] [--cancelled 24h] [--failed 168h]
 
 list    jobs, newest first, filtered by queue, kind and state (pending,
         succeeded, failed, cancelled); --limit defaults to 50.
-show    one job with its payload and full event history.
+show    one job with its payload and full event history (of a job deleted
+        by retention, the history alone).
 retry   puts failed jobs back to pending, due now (a "retried" event each);
         their attempts are kept and max attempts grows if needed so they run
         at least once more.
 cancel  marks pending jobs cancelled (a "cancelled" event each). A job whose
         handler is running now is cancelled when that attempt ends, if it is
         still pending then; cancel waits for that.
+prune   deletes finished jobs that finished longer ago than their state's
+        period (negative: keep that state). Workers do this every minute
+        with the same defaults; their events stay until "pgwake events prune".
 
 Examples:
   pgwake jobs list --state failed --queue email
   pgwake jobs show 42
   pgwake jobs retry --all-failed --kind email
-  pgwake jobs cancel 43 44`,
+  pgwake jobs cancel 43 44
+  pgwake jobs prune --succeeded 1h --failed=-1s`,
 		run: runJobs,
 	})
 }
@@ -52,7 +59,7 @@ func runJobs(ctx context.Context, env *cliEnv, args []string) error {
 			env.printHelp(env.flags())
 			return errHelp
 		}
-		return usagef("expected an action: list, show, retry or cancel")
+		return usagef("expected an action: list, show, retry, cancel or prune")
 	}
 	action, rest := args[0], args[1:]
 	switch action {
@@ -64,8 +71,10 @@ func runJobs(ctx context.Context, env *cliEnv, args []string) error {
 		return jobsChange(ctx, env, rest, true)
 	case "cancel":
 		return jobsChange(ctx, env, rest, false)
+	case "prune":
+		return jobsPrune(ctx, env, rest)
 	}
-	return usagef("unknown action %q: use list, show, retry or cancel", action)
+	return usagef("unknown action %q: use list, show, retry, cancel or prune", action)
 }
 
 // jobRow is a job as list and show print it.
@@ -86,8 +95,19 @@ type jobRow struct {
 	Events      []eventRow      `json:"events,omitempty"`
 }
 
+// deletedJob is what show prints for a job whose row retention deleted.
+type deletedJob struct {
+	ID      int64      `json:"id"`
+	Queue   string     `json:"queue"`
+	Kind    string     `json:"kind"`
+	Deleted bool       `json:"deleted"`
+	Events  []eventRow `json:"events"`
+}
+
 type eventRow struct {
 	ID      int64           `json:"id"`
+	Queue   string          `json:"-"`
+	Kind    string          `json:"-"`
 	Type    string          `json:"type"`
 	Attempt int             `json:"attempt"`
 	At      time.Time       `json:"at"`
@@ -184,23 +204,35 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	defer pool.Close()
 	var j jobRow
 	err = scanJob(pool.QueryRow(ctx, `SELECT `+jobColumns+`, payload FROM `+sqlident.Quote(env.schema, "jobs")+` WHERE id = $1`, id), &j, &j.Payload)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("job %d not found in schema %s", id, env.schema)
-	}
-	if err != nil {
+	deleted := errors.Is(err, pgx.ErrNoRows)
+	if err != nil && !deleted {
 		return explainSchemaError(fmt.Errorf("show job %d: %w", id, err), env.schema)
 	}
 	if j.Events, err = jobEvents(ctx, pool, env.schema, id); err != nil {
 		return err
 	}
+	if deleted {
+		if len(j.Events) == 0 {
+			return fmt.Errorf("job %d not found in schema %s", id, env.schema)
+		}
+		// Retention deleted the row; the event log still has its history.
+		j = jobRow{ID: id, Queue: j.Events[0].Queue, Kind: j.Events[0].Kind, Events: j.Events}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
+		if deleted {
+			return enc.Encode(deletedJob{ID: j.ID, Queue: j.Queue, Kind: j.Kind, Deleted: true, Events: j.Events})
+		}
 		return enc.Encode(j)
 	}
 	w := env.stdout
 	ts := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 MST") }
 	fmt.Fprintf(w, "job %d\n", j.ID)
+	if deleted {
+		fmt.Fprintf(w, "  (row deleted by retention; history from the event log)\n  queue:        %s\n  kind:         %s\n", j.Queue, j.Kind)
+		return printEvents(w, j.Events, ts)
+	}
 	fmt.Fprintf(w, "  queue:        %s\n  kind:         %s\n  state:        %s\n  priority:     %d\n  attempts:     %d of %d\n",
 		j.Queue, j.Kind, j.State, j.Priority, j.Attempts, j.MaxAttempts)
 	fmt.Fprintf(w, "  created:      %s\n  run after:    %s\n", ts(j.CreatedAt), ts(j.RunAfter))
@@ -214,9 +246,13 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(w, "  last error:   %s\n", indentMore(j.LastError))
 	}
 	fmt.Fprintf(w, "  payload:      %s\n", shorten(string(j.Payload), 2000))
+	return printEvents(w, j.Events, ts)
+}
+
+func printEvents(w io.Writer, events []eventRow, ts func(time.Time) string) error {
 	fmt.Fprintf(w, "events:\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, e := range j.Events {
+	for _, e := range events {
 		data := ""
 		if len(e.Data) > 0 && string(e.Data) != "{}" {
 			data = shorten(string(e.Data), 200)
@@ -227,7 +263,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func jobEvents(ctx context.Context, pool *pgxpool.Pool, schema string, id int64) ([]eventRow, error) {
-	rows, err := pool.Query(ctx, `SELECT id, type, attempt, at, data FROM `+sqlident.Quote(schema, "events")+` WHERE job_id = $1 ORDER BY id`, id)
+	rows, err := pool.Query(ctx, `SELECT id, type, attempt, at, data, queue, kind FROM `+sqlident.Quote(schema, "events")+` WHERE job_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read events of job %d: %w", id, err)
 	}
@@ -235,7 +271,7 @@ func jobEvents(ctx context.Context, pool *pgxpool.Pool, schema string, id int64)
 	var out []eventRow
 	for rows.Next() {
 		var e eventRow
-		if err := rows.Scan(&e.ID, &e.Type, &e.Attempt, &e.At, &e.Data); err != nil {
+		if err := rows.Scan(&e.ID, &e.Type, &e.Attempt, &e.At, &e.Data, &e.Queue, &e.Kind); err != nil {
 			return nil, fmt.Errorf("read events of job %d: %w", id, err)
 		}
 		out = append(out, e)
@@ -399,4 +435,40 @@ func shorten(s string, n int) string {
 
 func indentMore(s string) string {
 	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n                ")
+}
+
+// jobsPrune deletes expired finished jobs once (queue.Client.DeleteFinished).
+func jobsPrune(ctx context.Context, env *cliEnv, args []string) error {
+	fs := env.flags()
+	var r queue.Retention
+	fs.DurationVar(&r.Succeeded, "succeeded", queue.DefaultRetainSucceeded, "delete succeeded jobs finished longer ago than this (negative: keep)")
+	fs.DurationVar(&r.Cancelled, "cancelled", queue.DefaultRetainCancelled, "delete cancelled jobs cancelled longer ago than this (negative: keep)")
+	fs.DurationVar(&r.Failed, "failed", queue.DefaultRetainFailed, "delete failed jobs whose last attempt is older than this (negative: keep)")
+	if err := env.parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	for name, d := range map[string]time.Duration{"succeeded": r.Succeeded, "cancelled": r.Cancelled, "failed": r.Failed} {
+		if d == 0 {
+			return usagef("--%s 0 would delete every %s job: give a period, or a negative one to keep them", name, name)
+		}
+	}
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, pool, env.schema); err != nil {
+		return err
+	}
+	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	if err != nil {
+		return err
+	}
+	n, err := client.DeleteFinished(ctx, r)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "deleted %d jobs (%d succeeded, %d cancelled, %d failed)\n",
+		n[queue.StateSucceeded]+n[queue.StateCancelled]+n[queue.StateFailed], n[queue.StateSucceeded], n[queue.StateCancelled], n[queue.StateFailed])
+	return nil
 }

@@ -67,8 +67,8 @@ func requireDenied(t *testing.T, err error, what string) {
 
 // TestLeastPrivilegeQueue runs producers and workers as a role that has
 // only the grants of docs/grants.sql: enqueue (single, batch, in a
-// transaction, unique keys), work with retries and failures, cancel and
-// retry all succeed; DDL of every kind is refused.
+// transaction, unique keys), work with retries and failures, cancel,
+// retry and retention all succeed; DDL of every kind is refused.
 func TestLeastPrivilegeQueue(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, false)
@@ -121,13 +121,21 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Retention, as the workers run it: finished jobs that expired go.
+	_, err = w.admin.Exec(ctx, `UPDATE `+w.table("jobs")+` SET finished_at = now() - interval '2 days' WHERE state = 'succeeded'`)
+	require.NoError(t, err)
+	succeeded := w.count(`SELECT count(*) FROM ` + w.table("jobs") + ` WHERE state = 'succeeded'`)
+	require.Positive(t, succeeded)
+	deleted, err := c.DeleteFinished(ctx, queue.Retention{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{queue.StateSucceeded: int64(succeeded)}, deleted)
+
 	// No DDL, no owner-only operations, no migrations.
 	for _, ddl := range []string{
 		`CREATE TABLE ` + w.table("x") + ` (a int)`,
 		`DROP TABLE ` + w.table("jobs"),
 		`ALTER TABLE ` + w.table("jobs") + ` ADD COLUMN x int`,
 		`TRUNCATE ` + w.table("jobs"),
-		`DELETE FROM ` + w.table("jobs"),
 		`DELETE FROM ` + w.table("events"),
 		`UPDATE ` + w.table("events") + ` SET type = 'x'`,
 		`CREATE INDEX ON ` + w.table("jobs") + ` (kind)`,
