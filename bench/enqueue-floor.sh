@@ -15,10 +15,14 @@
 #                 queue: the least any lock-based wake-up check could cost
 #   pgwake        the statement Enqueue sends (queue/client.go, enqueueOne),
 #                 with wake_needed(); no worker is waiting, so no NOTIFY
+#   pipelined     (only with VARIANTS=...) an alternative to wake_needed():
+#                 the shared lock as a pipelined statement of its own, then
+#                 the enqueue with the waiters check inline, no plpgsql
 #
 # The statements mirror queue/client.go; change them together.
 #
 # Usage: bench/enqueue-floor.sh [rounds] [seconds per run]
+#        VARIANTS="base pgwake pipelined" bench/enqueue-floor.sh
 # With DATABASE_URL unset it starts a throwaway cluster (fsync on) from the
 # local PostgreSQL server binaries and removes it afterwards. Needs pgbench
 # and psql (Debian: postgresql-client).
@@ -62,6 +66,7 @@ EOF
 fi
 export DATABASE_URL
 S=pgwake_floor
+export PGOPTIONS="-c client_min_messages=warning"
 psql -qAt "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $S CASCADE; DROP SCHEMA IF EXISTS ${S}_base CASCADE"
 (cd "$ROOT" && go run ./cmd/pgwake migrate up --schema $S >/dev/null)
 psql -qAt "$DATABASE_URL" -c "CREATE SCHEMA ${S}_base; CREATE TABLE ${S}_base.jobs (
@@ -99,8 +104,14 @@ echo "INSERT INTO $S.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"s
 { head; echo ")"; echo "SELECT id, unique_key FROM ins;"; } >"$WORK/jobs+event.sql"
 wake "NOT pg_try_advisory_xact_lock_shared(hashtextextended('\"$S\".' || queue, 0))" >"$WORK/+trylock.sql"
 wake "$S.wake_needed(queue)" >"$WORK/pgwake.sql"
+{
+	printf '%s\n' '\startpipeline'
+	echo "SELECT pg_advisory_xact_lock_shared(hashtextextended('\"$S\".bench', 0));"
+	wake "EXISTS (SELECT 1 FROM $S.waiters w WHERE w.queue = ins.queue AND idle AND heartbeat_at > now() - interval '90 seconds')"
+	printf '%s\n' '\endpipeline'
+} >"$WORK/pipelined.sql"
 
-VARIANTS="base jobs jobs+event +trylock pgwake"
+VARIANTS=${VARIANTS:-"base jobs jobs+event +trylock pgwake"}
 echo "pgbench: $CLIENTS clients, $SECS s per run, $ROUNDS rounds; $(psql -qAt "$DATABASE_URL" -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', fsync=' || current_setting('fsync')")"
 for r in $(seq "$ROUNDS"); do
 	for v in $VARIANTS; do
