@@ -117,8 +117,9 @@ func TestReadFromIDAndTime(t *testing.T) {
 	require.Zero(t, n)
 }
 
-func TestRetentionKeepsUnfinishedJobsAndVerifyHolds(t *testing.T) {
-	t.Parallel()
+// hundredDoneOnePending runs 100 jobs to success and leaves one delayed job
+// pending: 201 events.
+func hundredDoneOnePending(t *testing.T) (*eventstest.Env, *queue.Client) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := e.QueueClient(4)
@@ -129,6 +130,13 @@ func TestRetentionKeepsUnfinishedJobsAndVerifyHolds(t *testing.T) {
 	stop := e.RunQueue(c)
 	waitFor(t, 60*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 1 })
 	stop()
+	return e, c
+}
+
+func TestRetentionKeepsUnfinishedJobsAndVerifyHolds(t *testing.T) {
+	t.Parallel()
+	e, _ := hundredDoneOnePending(t)
+	ctx := context.Background()
 	// Nothing is old enough yet.
 	n, err := events.DeleteBefore(ctx, e.Pool, e.Schema, time.Now().Add(-time.Hour), 7)
 	require.NoError(t, err)
@@ -147,17 +155,9 @@ func TestRetentionKeepsUnfinishedJobsAndVerifyHolds(t *testing.T) {
 // holds, and event retention then removes the orphaned history.
 func TestJobRetentionThenEventRetentionVerifyHolds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e, c := hundredDoneOnePending(t)
 	ctx := context.Background()
-	c := e.QueueClient(4)
-	_, err := c.EnqueueMany(ctx, make100("ok"))
-	require.NoError(t, err)
-	_, err = c.Enqueue(ctx, queue.NewJob{Kind: "ok", Delay: time.Hour}) // stays pending
-	require.NoError(t, err)
-	stop := e.RunQueue(c)
-	waitFor(t, 60*time.Second, "jobs finished", func() bool { return e.PendingJobs() == 1 })
-	stop()
-	_, err = e.Pool.Exec(ctx, `UPDATE `+e.Table("jobs")+` SET finished_at = now() - interval '2 days' WHERE state = 'succeeded'`)
+	_, err := e.Pool.Exec(ctx, `UPDATE `+e.Table("jobs")+` SET finished_at = now() - interval '2 days' WHERE state = 'succeeded'`)
 	require.NoError(t, err)
 	deleted, err := c.DeleteFinished(ctx, queue.Retention{})
 	require.NoError(t, err)

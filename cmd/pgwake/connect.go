@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgwake/pgwake/queue"
 )
 
 // connectHint ends every connection error: what the user can do.
@@ -34,6 +36,26 @@ func (env *cliEnv) resolveURL() (string, error) {
 // answers. Errors are one line: what failed, why, and what to do.
 func (env *cliEnv) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	return env.connectWith(ctx, nil)
+}
+
+// connectSchema is connect, then checkSchema: for commands that need
+// pgwake's tables to exist already. The caller closes the pool.
+func (env *cliEnv) connectSchema(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, pool, env.schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// client is a queue client on pool for the command's schema, with no
+// workers: for commands that enqueue or change jobs.
+func (env *cliEnv) client(pool *pgxpool.Pool) (*queue.Client, error) {
+	return queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
 }
 
 // connectWith is connect with a chance to adjust the pool config (e.g.

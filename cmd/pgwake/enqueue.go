@@ -154,7 +154,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	client, err := env.client(pool)
 	if err != nil {
 		return err
 	}

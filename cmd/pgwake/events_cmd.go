@@ -254,14 +254,11 @@ func eventsReplay(ctx context.Context, env *cliEnv, args []string) error {
 	if *afterID < 0 {
 		return usagef("--after-id must not be negative")
 	}
-	pool, err := env.connect(ctx)
+	pool, err := env.connectSchema(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkSchema(ctx, pool, env.schema); err != nil {
-		return err
-	}
 	w := bufio.NewWriter(env.stdout)
 	err = events.Read(ctx, pool, env.schema, events.From{AfterID: *afterID, Since: t}, func(e events.Event) error {
 		b, err := events.Encode(e)
@@ -284,14 +281,11 @@ func eventsVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	pool, err := env.connect(ctx)
+	pool, err := env.connectSchema(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkSchema(ctx, pool, env.schema); err != nil {
-		return err
-	}
 	mismatches, err := events.Verify(ctx, pool, env.schema)
 	if err != nil {
 		return err
@@ -422,14 +416,11 @@ func eventsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive")
 	}
-	pool, err := env.connect(ctx)
+	pool, err := env.connectSchema(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkSchema(ctx, pool, env.schema); err != nil {
-		return err
-	}
 	n, err := events.DeleteBefore(ctx, pool, env.schema, time.Now().Add(-*olderThan), *batch)
 	if err != nil {
 		return err

@@ -321,7 +321,7 @@ func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) err
 		return err
 	}
 	defer pool.Close()
-	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	client, err := env.client(pool)
 	if err != nil {
 		return err
 	}
@@ -452,15 +452,12 @@ func jobsPrune(ctx context.Context, env *cliEnv, args []string) error {
 			return usagef("--%s 0 would delete every %s job: give a period, or a negative one to keep them", name, name)
 		}
 	}
-	pool, err := env.connect(ctx)
+	pool, err := env.connectSchema(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkSchema(ctx, pool, env.schema); err != nil {
-		return err
-	}
-	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	client, err := env.client(pool)
 	if err != nil {
 		return err
 	}
