@@ -338,6 +338,10 @@ func TestJobsPrune(t *testing.T) {
 	require.Equal(t, 2, r.code, r.stderr)
 	require.Contains(t, r.stderr, "would delete every succeeded job")
 
+	r = pgwake(t, "", "worker", "--schema", schema, "--handler", "k=exec:true", "--retain-cancelled", "0")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--retain-cancelled 0 would delete every cancelled job")
+
 	require.Equal(t, "deleted 1 jobs (1 succeeded, 0 cancelled, 0 failed)\n",
 		mustRun(t, "", "jobs", "prune", "--schema", schema, "--succeeded", "1h", "--failed=-1s"))
 	remaining := func() []int64 {

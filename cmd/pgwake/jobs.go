@@ -441,16 +441,12 @@ func indentMore(s string) string {
 func jobsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	var r queue.Retention
-	fs.DurationVar(&r.Succeeded, "succeeded", queue.DefaultRetainSucceeded, "delete succeeded jobs finished longer ago than this (negative: keep)")
-	fs.DurationVar(&r.Cancelled, "cancelled", queue.DefaultRetainCancelled, "delete cancelled jobs cancelled longer ago than this (negative: keep)")
-	fs.DurationVar(&r.Failed, "failed", queue.DefaultRetainFailed, "delete failed jobs whose last attempt is older than this (negative: keep)")
+	checkRetention := retentionFlags(fs, "", &r)
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	for name, d := range map[string]time.Duration{"succeeded": r.Succeeded, "cancelled": r.Cancelled, "failed": r.Failed} {
-		if d == 0 {
-			return usagef("--%s 0 would delete every %s job: give a period, or a negative one to keep them", name, name)
-		}
+	if err := checkRetention(); err != nil {
+		return err
 	}
 	pool, err := env.connectSchema(ctx)
 	if err != nil {
@@ -468,4 +464,24 @@ func jobsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintf(env.stdout, "deleted %d jobs (%d succeeded, %d cancelled, %d failed)\n",
 		n[queue.StateSucceeded]+n[queue.StateCancelled]+n[queue.StateFailed], n[queue.StateSucceeded], n[queue.StateCancelled], n[queue.StateFailed])
 	return nil
+}
+
+// retentionFlags defines --<prefix>succeeded, --<prefix>cancelled and
+// --<prefix>failed on fs, filling r, and returns the check to run after
+// parsing: a zero period would delete every job of its state at once.
+func retentionFlags(fs *flag.FlagSet, prefix string, r *queue.Retention) (check func() error) {
+	fs.DurationVar(&r.Succeeded, prefix+"succeeded", queue.DefaultRetainSucceeded, "delete succeeded jobs finished longer ago than this (negative: keep)")
+	fs.DurationVar(&r.Cancelled, prefix+"cancelled", queue.DefaultRetainCancelled, "delete cancelled jobs cancelled longer ago than this (negative: keep)")
+	fs.DurationVar(&r.Failed, prefix+"failed", queue.DefaultRetainFailed, "delete failed jobs whose last attempt is older than this (negative: keep)")
+	return func() error {
+		for _, f := range []struct {
+			state string
+			d     time.Duration
+		}{{"succeeded", r.Succeeded}, {"cancelled", r.Cancelled}, {"failed", r.Failed}} {
+			if f.d == 0 {
+				return usagef("--%s%s 0 would delete every %s job: give a period, or a negative one to keep them", prefix, f.state, f.state)
+			}
+		}
+		return nil
+	}
 }

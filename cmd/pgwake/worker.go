@@ -44,6 +44,11 @@ claim transactions roll back, so those jobs stay pending too.
 /metrics (Prometheus) and /healthz (200 when the database answers) are
 served on --metrics-addr, loopback by default; "off" disables them.
 
+Every minute the workers delete finished jobs past their retention:
+succeeded and cancelled after 24h, failed after 7 days (--retain-succeeded,
+--retain-cancelled, --retain-failed; negative keeps them). Their events stay
+until "pgwake events prune".
+
 Example:
   pgwake worker --queues default,email --concurrency 4 \
     --handler 'email=exec:./send-mail.sh' \
@@ -71,6 +76,7 @@ type workerOptions struct {
 	retryBackoff    time.Duration
 	metricsAddr     string
 	listenerURL     string
+	retention       queue.Retention
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
@@ -86,6 +92,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
+	checkRetention := retentionFlags(fs, "retain-", &o.retention)
 	fs.StringVar(&o.listenerURL, "listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($PGWAKE_LISTENER_URL)")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
@@ -114,6 +121,9 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if o.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout is negative")
+	}
+	if err := checkRetention(); err != nil {
+		return err
 	}
 
 	pool, err := env.connectWith(ctx, func(c *pgxpool.Config) {
@@ -159,6 +169,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		KindTimeouts:       o.kindTimeouts,
 		PollInterval:       o.pollInterval,
 		ShutdownTimeout:    o.shutdownTimeout,
+		Retention:          o.retention,
 		Backoff:            func(attempt int) time.Duration { return exponentialBackoff(base, attempt) },
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
