@@ -63,6 +63,12 @@ type SubscriberConfig struct {
 	// ListenerConnConfig is the connection of the Subscriber's own
 	// listener. Default: the pool's connection config.
 	ListenerConnConfig *pgx.ConnConfig
+	// Retention is how long delivered (acknowledged) and dead-lettered
+	// messages stay in the jobs table: each subscription deletes expired
+	// ones every minute, as queue workers do. Default queue's: 24h for
+	// delivered messages, 7 days for those that exhausted their attempts;
+	// negative keeps them for ever.
+	Retention queue.Retention
 	// Logger gets the subscriber's logs; payloads are never logged. Default
 	// zap.NewNop().
 	Logger *zap.Logger
@@ -245,6 +251,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		ShutdownTimeout: s.cfg.CloseTimeout + 10*time.Second,
 		Backoff:         func(int) time.Duration { return backoff },
 		Listener:        listener,
+		Retention:       s.cfg.Retention,
 		Logger:          s.cfg.Logger,
 	})
 	if err != nil {
