@@ -46,8 +46,10 @@ type Config struct {
 	// (acknowledgements) to the server; it must be well under the server's
 	// wal_sender_timeout (default 60s). Default 10s.
 	StatusInterval time.Duration
-	// MaxBatch bounds the events published per acknowledgement round.
-	// Default 1000.
+	// MaxBatch bounds the events published per acknowledgement round, and
+	// the events of one transaction held in memory: a larger transaction is
+	// published in parts of MaxBatch (its position is acknowledged after the
+	// last). Default 1000.
 	MaxBatch int
 	// MinBackoff and MaxBackoff bound the exponential backoff (with jitter)
 	// between reconnects and between publish retries. Defaults 100ms, 10s.

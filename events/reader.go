@@ -137,7 +137,9 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		}
 		r.rels[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
-		r.cur = &txn{commitTime: m.CommitTime}
+		// pgoutput sends a transaction only after it committed, so its
+		// commit LSN (FinalLSN) is known from the start.
+		r.cur = &txn{commitLSN: m.FinalLSN, commitTime: m.CommitTime}
 	case *pglogrepl.InsertMessage:
 		rel := r.rels[m.RelationID]
 		if rel == nil {
@@ -151,6 +153,14 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 			return err
 		}
 		r.cur.events = append(r.cur.events, e)
+		if len(r.cur.events) >= r.s.cfg.MaxBatch {
+			// A large transaction goes out in parts of MaxBatch events, so
+			// memory does not grow with it; only its last part (at
+			// Commit) lets the position advance.
+			part := r.cur
+			r.cur = &txn{commitLSN: part.commitLSN, commitTime: part.commitTime}
+			return r.hand(ctx, part)
+		}
 	case *pglogrepl.CommitMessage:
 		t := r.cur
 		r.cur = nil

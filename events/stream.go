@@ -280,7 +280,7 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 type txn struct {
 	events     []Event
 	commitLSN  pglogrepl.LSN
-	end        pglogrepl.LSN
+	end        pglogrepl.LSN // 0 in a part that is not the last
 	commitTime time.Time
 }
 
@@ -402,9 +402,12 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 			}
 			return err
 		}
-		last := batch[len(batch)-1]
-		if uint64(last.end) > s.published.Load() {
-			s.published.Store(uint64(last.end))
+		// The end of the last whole transaction in the batch; a trailing
+		// part of an unfinished one moves nothing.
+		for _, t := range batch {
+			if uint64(t.end) > s.published.Load() {
+				s.published.Store(uint64(t.end))
+			}
 		}
 		s.publishedTxn.Add(uint64(len(batch)))
 		s.pendingSince.Store(0)

@@ -2,9 +2,12 @@ package events_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
@@ -70,4 +73,60 @@ func TestStreamDeliversCommittedEventsInCommitOrder(t *testing.T) {
 	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)
 	require.NoError(t, err)
 	require.Empty(t, mismatches)
+}
+
+// countingPublisher records the size of every Publish call.
+type countingPublisher struct {
+	message.Publisher
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (p *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	p.sizes = append(p.sizes, len(msgs))
+	p.mu.Unlock()
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// A transaction larger than MaxBatch goes out in parts, so the stream holds
+// at most about MaxBatch of its events at a time, and still in order, once.
+func TestLargeTransactionIsPublishedInParts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	ps := events.NewGoChannel(nil)
+	sub, err := ps.Subscribe(ctx, "pgwake.events")
+	require.NoError(t, err)
+	col := collect(t, sub)
+	pub := &countingPublisher{Publisher: ps}
+	cfg := e.Config(pub)
+	cfg.MaxBatch = 7
+	s, stopStream := e.RunStream(cfg)
+
+	c := e.QueueClient(1)
+	_, err = c.EnqueueMany(ctx, make100("ok")) // one transaction, 100 events
+	require.NoError(t, err)
+	_, err = c.EnqueueMany(ctx, make100("ok")[:3])
+	require.NoError(t, err)
+
+	table := e.WaitDelivered(col, 60*time.Second)
+	require.Len(t, table, 103)
+	got := col.Snapshot()
+	checkDelivery(t, got, table)
+	require.Len(t, got, 103)
+	for i := 1; i < 100; i++ {
+		require.Equal(t, got[0].LSN, got[i].LSN, "one transaction, one commit LSN")
+	}
+	require.Less(t, got[99].LSN, got[100].LSN)
+	pub.mu.Lock()
+	sizes := append([]int(nil), pub.sizes...)
+	pub.mu.Unlock()
+	// A batch takes parts until it reaches MaxBatch: at most 2*7-1 events.
+	require.LessOrEqual(t, slices.Max(sizes), 13, "publish sizes %v", sizes)
+	require.GreaterOrEqual(t, len(sizes), 100/13, "publish sizes %v", sizes)
+	waitFor(t, 30*time.Second, "ack past the last commit", func() bool { return uint64(s.Acked()) > got[102].LSN })
+	stopStream()
+	require.NoError(t, ps.Close())
+	<-col.Done
 }
