@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
@@ -130,29 +131,14 @@ func New(cfg Config) (*Listener, error) {
 		// A registry may already hold these from an earlier listener of the
 		// process (a Client whose Run is called again): keep counting there.
 		var err error
-		if l.received, err = register(cfg.Registerer, l.received); err != nil {
-			return nil, err
+		if l.received, err = promreg.Register(cfg.Registerer, l.received); err != nil {
+			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}
-		if l.reconnects, err = register(cfg.Registerer, l.reconnects); err != nil {
-			return nil, err
+		if l.reconnects, err = promreg.Register(cfg.Registerer, l.reconnects); err != nil {
+			return nil, fmt.Errorf("notify: register metrics: %w", err)
 		}
 	}
 	return l, nil
-}
-
-// register registers c, or returns the equal collector reg already has.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var dup prometheus.AlreadyRegisteredError
-	if errors.As(err, &dup) {
-		if existing, ok := dup.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	if err != nil {
-		return c, fmt.Errorf("notify: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 // ValidateChannel checks a channel name: a plain identifier of at most 63 bytes.

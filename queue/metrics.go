@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
@@ -66,10 +67,22 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.enqueued, m.processed, m.duration, m.wait, m.claims, m.claimErrors, m.deleted, newDepthCollector(c)} {
-		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("queue: register metrics: %w", err)
-		}
+	// Several clients may share a registry (the subscriptions of a Watermill
+	// subscriber, a process with more than one Client): they share the
+	// series, which carry the queue as a label.
+	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	if err := promreg.RegisterAll(reg, &m.duration, &m.wait); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	depth, err := promreg.Register(reg, newDepthCollector(c))
+	if err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	if depth.schema != c.cfg.Schema {
+		// Depth is read per schema: one registry, one schema.
+		return nil, fmt.Errorf("queue: register metrics: the registry already reports queue depth for schema %q, not %q", depth.schema, c.cfg.Schema)
 	}
 	return m, nil
 }
@@ -85,15 +98,17 @@ func (m *metrics) observe(j *Job, outcome string, d time.Duration) {
 
 // depthCollector reports queue depth by queue and state at scrape time.
 type depthCollector struct {
-	c    *Client
-	desc *prometheus.Desc
-	sql  string
+	c      *Client
+	schema string
+	desc   *prometheus.Desc
+	sql    string
 }
 
 func newDepthCollector(c *Client) *depthCollector {
 	jobs := sqlident.Quote(c.cfg.Schema, "jobs")
 	return &depthCollector{
-		c: c,
+		c:      c,
+		schema: c.cfg.Schema,
 		desc: prometheus.NewDesc("pgwake_queue_depth",
 			"Jobs per queue and state at scrape time: available (pending and due), scheduled (pending, not yet due), failed.",
 			[]string{"queue", "state"}, nil),

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
@@ -42,6 +43,9 @@ type PublisherConfig struct {
 	// MaxJobBytes bounds the stored JSON of one message (its payload grows by
 	// a third in base64, plus UUID and metadata). Default 1 MiB.
 	MaxJobBytes int
+	// Registerer gets pgwake_queue_enqueued_total (one per message and
+	// consumer group, by queue). Default: none.
+	Registerer prometheus.Registerer
 	// Logger gets the publisher's logs. Default zap.NewNop().
 	Logger *zap.Logger
 }
@@ -85,6 +89,7 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 		Schema:          cfg.Schema,
 		MaxAttempts:     cfg.MaxAttempts,
 		MaxPayloadBytes: cfg.MaxJobBytes,
+		Registerer:      cfg.Registerer,
 		Logger:          cfg.Logger,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events/pubsub"
@@ -189,9 +190,13 @@ func TestAckCommitsHandlerWritesNackRollsBack(t *testing.T) {
 	effects := sqlident.Quote(schema, "effects")
 	_, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (uuid text, attempt int)`)
 	require.NoError(t, err)
-	pub := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema})
-	sub := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, NackBackoff: 10 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	pub := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema, Registerer: reg})
+	sub := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, NackBackoff: 10 * time.Millisecond, Registerer: reg})
 	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	// A second subscription shares the registry.
+	_, err = sub.Subscribe(ctx, "other")
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish("t", message.NewMessage("m1", nil)))
 
@@ -234,6 +239,42 @@ func TestAckCommitsHandlerWritesNackRollsBack(t *testing.T) {
 	types, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"enqueued", "retry_scheduled", "retry_scheduled", "succeeded"}, types)
+
+	// The same story in the metrics: two Nacks, one Ack, one message in.
+	q, err := pubsub.QueueName("t", "")
+	require.NoError(t, err)
+	require.Equal(t, 2.0, metricSum(t, reg, "pgwake_worker_jobs_total", "queue", q, "outcome", "retry"))
+	require.Equal(t, 1.0, metricSum(t, reg, "pgwake_worker_jobs_total", "queue", q, "outcome", "succeeded"))
+	require.Equal(t, 1.0, metricSum(t, reg, "pgwake_queue_enqueued_total", "queue", q))
+	require.Equal(t, 3.0, metricSum(t, reg, "pgwake_worker_claims_total", "queue", q))
+}
+
+// metricSum sums the counter samples of name whose labels match the given
+// name/value pairs.
+func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 func TestMaxAttemptsFailsMessage(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
@@ -69,6 +70,11 @@ type SubscriberConfig struct {
 	// delivered messages, 7 days for those that exhausted their attempts;
 	// negative keeps them for ever.
 	Retention queue.Retention
+	// Registerer gets the subscriptions' metrics: the queue package's
+	// (pgwake_worker_*: deliveries by outcome, succeeded for an Ack and
+	// retry for a Nack, handler time, wait, claims by source; queue depth)
+	// and the listener's, labelled by queue (wm.<topic>...). Default: none.
+	Registerer prometheus.Registerer
 	// Logger gets the subscriber's logs; payloads are never logged. Default
 	// zap.NewNop().
 	Logger *zap.Logger
@@ -252,6 +258,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		Backoff:         func(int) time.Duration { return backoff },
 		Listener:        listener,
 		Retention:       s.cfg.Retention,
+		Registerer:      s.cfg.Registerer,
 		Logger:          s.cfg.Logger,
 	})
 	if err != nil {
@@ -287,7 +294,7 @@ func (s *Subscriber) startListener() (*notify.Listener, error) {
 	if cc == nil {
 		cc = s.pool.Config().ConnConfig
 	}
-	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.cfg.Logger})
+	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.cfg.Logger, Registerer: s.cfg.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: start listener: %w", err)
 	}
