@@ -1,13 +1,17 @@
 package events_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/internal/eventstest"
 	"github.com/pgwake/pgwake/internal/pgtest"
 )
@@ -39,6 +43,16 @@ var (
 	checkDelivery = eventstest.CheckDelivery
 	waitFor       = eventstest.WaitFor
 )
+
+// channelSink is an in-process Go channel Pub/Sub for a stream to publish
+// to, and a collector of what arrives on its "pgwake.events" topic.
+func channelSink(t *testing.T) (*gochannel.GoChannel, *eventstest.Collector) {
+	t.Helper()
+	ps := events.NewGoChannel(nil)
+	sub, err := ps.Subscribe(context.Background(), "pgwake.events")
+	require.NoError(t, err)
+	return ps, collect(t, sub)
+}
 
 // fuzzWorker reports whether this process is a `go test -fuzz` worker.
 func fuzzWorker() bool {

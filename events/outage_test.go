@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/pgwake/pgwake/events"
 )
 
 // flakyPublisher fails while down is set, then passes messages on.
@@ -37,10 +35,7 @@ func TestBrokerOutageHoldsTheSlotAndRecovers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	ps := events.NewGoChannel(nil)
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
-	require.NoError(t, err)
-	col := collect(t, sub)
+	ps, col := channelSink(t)
 	flaky := &flakyPublisher{next: ps}
 	flaky.down.Store(true)
 	core, logs := observer.New(zap.WarnLevel)
@@ -52,7 +47,7 @@ func TestBrokerOutageHoldsTheSlotAndRecovers(t *testing.T) {
 	s, stopStream := e.RunStream(cfg)
 
 	c := e.QueueClient(2)
-	_, err = c.EnqueueMany(ctx, make100("ok"))
+	_, err := c.EnqueueMany(ctx, make100("ok"))
 	require.NoError(t, err)
 	waitFor(t, 60*time.Second, "publish errors", func() bool { return metricSum(t, reg, "pgwake_events_publish_errors_total") >= 3 })
 	waitFor(t, 60*time.Second, "lag gauges", func() bool {

@@ -24,10 +24,7 @@ func TestBackfillThenLiveHasNoGapNoDuplicate(t *testing.T) {
 	_, err := c.EnqueueMany(ctx, make100("ok"))
 	require.NoError(t, err)
 
-	ps := events.NewGoChannel(nil)
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
-	require.NoError(t, err)
-	live := collect(t, sub) // the live messages, buffered
+	ps, live := channelSink(t) // the live messages, buffered
 	_, stopStream := e.RunStream(e.Config(ps))
 	stopQueue := e.RunQueue(c)
 	stopProducer := e.Produce(c)

@@ -16,10 +16,7 @@ import (
 // stream's connection rounds times, then checks that every event arrived.
 func interruptions(t *testing.T, e *env, rounds int, interrupt func(round int)) {
 	ctx := context.Background()
-	ps := events.NewGoChannel(nil)
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
-	require.NoError(t, err)
-	col := collect(t, sub)
+	ps, col := channelSink(t)
 	reg := prometheus.NewRegistry()
 	cfg := e.Config(ps)
 	cfg.Registerer = reg

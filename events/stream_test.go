@@ -18,10 +18,7 @@ func TestStreamDeliversCommittedEventsInCommitOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	ps := events.NewGoChannel(nil)
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
-	require.NoError(t, err)
-	col := collect(t, sub)
+	ps, col := channelSink(t)
 	s, stopStream := e.RunStream(e.Config(ps))
 
 	c := e.QueueClient(4)
@@ -95,17 +92,14 @@ func TestLargeTransactionIsPublishedInParts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	ps := events.NewGoChannel(nil)
-	sub, err := ps.Subscribe(ctx, "pgwake.events")
-	require.NoError(t, err)
-	col := collect(t, sub)
+	ps, col := channelSink(t)
 	pub := &countingPublisher{Publisher: ps}
 	cfg := e.Config(pub)
 	cfg.MaxBatch = 7
 	s, stopStream := e.RunStream(cfg)
 
 	c := e.QueueClient(1)
-	_, err = c.EnqueueMany(ctx, make100("ok")) // one transaction, 100 events
+	_, err := c.EnqueueMany(ctx, make100("ok")) // one transaction, 100 events
 	require.NoError(t, err)
 	_, err = c.EnqueueMany(ctx, make100("ok")[:3])
 	require.NoError(t, err)
