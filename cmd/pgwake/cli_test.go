@@ -334,7 +334,10 @@ func TestJobsPrune(t *testing.T) {
 	_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+jobs+` SET state = 'failed', finished_at = now() - interval '30 days' WHERE id = $1`, failed)
 	require.NoError(t, err)
 
-	r := pgwake(t, "", "jobs", "prune", "--schema", schema, "--succeeded", "0s")
+	r := pgwake(t, "", "jobs", "prune", "--schema", schema+"_none")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "run `pgwake migrate --schema "+schema+"_none` first")
+	r = pgwake(t, "", "jobs", "prune", "--schema", schema, "--succeeded", "0s")
 	require.Equal(t, 2, r.code, r.stderr)
 	require.Contains(t, r.stderr, "would delete every succeeded job")
 

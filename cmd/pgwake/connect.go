@@ -52,10 +52,19 @@ func (env *cliEnv) connectSchema(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// client is a queue client on pool for the command's schema, with no
-// workers: for commands that enqueue or change jobs.
-func (env *cliEnv) client(pool *pgxpool.Pool) (*queue.Client, error) {
-	return queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+// connectClient connects and returns a queue client with no workers, for
+// commands that enqueue or change jobs. The caller closes the pool.
+func (env *cliEnv) connectClient(ctx context.Context) (*queue.Client, *pgxpool.Pool, error) {
+	pool, err := env.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := queue.New(pool, queue.Config{Schema: env.schema, Logger: env.log})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return client, pool, nil
 }
 
 // connectWith is connect with a chance to adjust the pool config (e.g.

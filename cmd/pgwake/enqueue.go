@@ -149,15 +149,11 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		jobs = []queue.NewJob{j}
 	}
 
-	pool, err := env.connect(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	client, err := env.client(pool)
-	if err != nil {
-		return err
-	}
 	res, err := client.EnqueueMany(ctx, jobs)
 	if err != nil {
 		var je *queue.JobError

@@ -316,15 +316,11 @@ func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) err
 	case !all && retry && (*q != "" || *kind != ""):
 		return usagef("--queue and --kind narrow --all-failed; with ids, give only ids")
 	}
-	pool, err := env.connect(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	client, err := env.client(pool)
-	if err != nil {
-		return err
-	}
 	if all {
 		rows, err := pool.Query(ctx, `SELECT id FROM `+sqlident.Quote(env.schema, "jobs")+`
 WHERE state = 'failed' AND ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) ORDER BY id`, *q, *kind)
@@ -448,18 +444,14 @@ func jobsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	if err := checkRetention(); err != nil {
 		return err
 	}
-	pool, err := env.connectSchema(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	client, err := env.client(pool)
-	if err != nil {
-		return err
-	}
 	n, err := client.DeleteFinished(ctx, r)
 	if err != nil {
-		return err
+		return explainSchemaError(err, env.schema)
 	}
 	fmt.Fprintf(env.stdout, "deleted %d jobs (%d succeeded, %d cancelled, %d failed)\n",
 		n[queue.StateSucceeded]+n[queue.StateCancelled]+n[queue.StateFailed], n[queue.StateSucceeded], n[queue.StateCancelled], n[queue.StateFailed])
