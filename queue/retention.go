@@ -11,8 +11,10 @@ import (
 )
 
 // Retention says how long finished jobs stay in the jobs table after they
-// finish (finished_at). Zero fields take the defaults; a negative field keeps
-// jobs of that state for ever. Deleting a job does not delete its events:
+// finish (finished_at), in every queue of the schema (not only the queues the
+// client works). Zero fields take the defaults; a negative field keeps jobs
+// of that state for ever; clients with different settings on one schema each
+// delete by their own. Deleting a job does not delete its events:
 // the log is pruned on its own schedule (events.DeleteBefore, `pgwake events
 // prune`), and events.Verify accepts finished jobs whose row is gone.
 type Retention struct {
