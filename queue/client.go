@@ -29,6 +29,10 @@ type Client struct {
 	id      string // names this client in the waiters table
 	loops   map[string]*queueLoop
 	running atomic.Bool
+	// claimIdleTimeout, when not empty, is set as the claim transaction's
+	// idle_in_transaction_session_timeout (see claimIdleTimeoutFor). Written
+	// by Run before the dispatchers start.
+	claimIdleTimeout string
 
 	mu      sync.Mutex
 	runDone chan struct{}

@@ -74,6 +74,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	defer unsubscribe()
 
+	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
 	bg.Go(func() { c.heartbeat(lctx) })
 	bg.Go(func() { c.cleaner(lctx) })
@@ -526,6 +527,9 @@ func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCur
 	}
 	pb := &pgx.Batch{}
 	pb.BeginTx(pgx.TxOptions{})
+	if c.claimIdleTimeout != "" {
+		pb.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, c.claimIdleTimeout)
+	}
 	if after != nil {
 		pb.Queue(c.sql.claimAfter, queue, n, after.priority, after.runAfter, after.id).Query(scan)
 	} else {
@@ -571,6 +575,46 @@ func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCur
 	// clamp, the poll interval bounds the sleep anyway.
 	d := min(*ms, float64(maxHintDelay/time.Millisecond))
 	return nil, time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
+}
+
+// idleMargin is how much longer than the longest job timeout a claim
+// transaction may sit idle before the server ends it.
+const idleMargin = 30 * time.Second
+
+// claimIdleTimeoutFor decides what the claim transactions set as their
+// idle_in_transaction_session_timeout. A handler working outside the
+// database (an HTTP call, an exec handler's command) leaves its claim
+// transaction idle; a server or role setting shorter than the job timeout
+// would end the session under it and the job would run again, every time.
+// So when the pool's setting is shorter than the longest job timeout plus
+// idleMargin (or any kind has no timeout), each claim lifts it for its own
+// transaction, one more statement in the claim's round trip; otherwise
+// (the default, 0: no limit) nothing is sent. "" means nothing to set.
+func (c *Client) claimIdleTimeoutFor(ctx context.Context) string {
+	longest := c.cfg.JobTimeout
+	for kind := range c.cfg.Handlers {
+		if d := c.cfg.timeout(kind); d < 0 || longest < 0 {
+			longest = -1
+		} else {
+			longest = max(longest, d)
+		}
+	}
+	var ms int64
+	err := c.pool.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'`).Scan(&ms)
+	if err != nil {
+		// Unknown: set it, which is always safe.
+		c.log.Warn("could not read idle_in_transaction_session_timeout; claims will set it", zap.Error(err))
+		ms = 1
+	}
+	switch {
+	case ms == 0:
+		return ""
+	case longest < 0:
+		return "0"
+	case time.Duration(ms)*time.Millisecond >= longest+idleMargin:
+		return ""
+	}
+	return strconv.FormatInt((longest + idleMargin).Milliseconds(), 10)
 }
 
 func rollback(tx pgx.Tx) {
