@@ -599,6 +599,8 @@ func (c *Client) claimIdleTimeoutFor(ctx context.Context) string {
 			longest = max(longest, d)
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a stalled database must not hold up Run
+	defer cancel()
 	var ms int64
 	err := c.pool.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'`).Scan(&ms)
 	if err != nil {
