@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -62,9 +63,10 @@ END $$`)
 	b.ReportMetric(float64(lag), "lag-bytes")
 }
 
-func BenchmarkStreamGoChannel(b *testing.B) {
+// ackingGoChannel is a Go channel Pub/Sub whose "pgwake.events" messages
+// are consumed and acknowledged as they come.
+func ackingGoChannel(b *testing.B) *gochannel.GoChannel {
 	ps := events.NewGoChannel(nil)
-	defer ps.Close()
 	sub, err := ps.Subscribe(context.Background(), "pgwake.events")
 	require.NoError(b, err)
 	go func() {
@@ -72,21 +74,31 @@ func BenchmarkStreamGoChannel(b *testing.B) {
 			m.Ack()
 		}
 	}()
-	benchStream(b, ps)
+	return ps
 }
 
-func BenchmarkStreamNATS(b *testing.B) {
+// withNATS runs bench with a NATS JetStream publisher (stream on subject,
+// at $PGWAKE_TEST_NATS_URL or the local server) and purges the stream after.
+func withNATS(b *testing.B, stream, subject string, bench func(*testing.B, message.Publisher)) {
 	url := os.Getenv("PGWAKE_TEST_NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
-	stream := "PGWAKE_BENCH_EVENTS"
-	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{"pgwake.bench.events"}})
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{subject}})
 	require.NoError(b, err)
 	defer pub.Close()
-	ps := &topicOverride{pub: pub, topic: "pgwake.bench.events"}
-	benchStream(b, ps)
+	bench(b, &topicOverride{pub: pub, topic: subject})
 	purgeNATSStream(b, url, stream)
+}
+
+func BenchmarkStreamGoChannel(b *testing.B) {
+	ps := ackingGoChannel(b)
+	defer ps.Close()
+	benchStream(b, ps)
+}
+
+func BenchmarkStreamNATS(b *testing.B) {
+	withNATS(b, "PGWAKE_BENCH_EVENTS", "pgwake.bench.events", benchStream)
 }
 
 // topicOverride publishes everything to one topic.
@@ -142,31 +154,15 @@ func purgeNATSStream(b *testing.B, url, stream string) {
 // acknowledged), the slot lag when the queue finished, and how long the
 // stream needed after that to catch up.
 func BenchmarkQueueWithStream(b *testing.B) {
-	ps := events.NewGoChannel(nil)
+	ps := ackingGoChannel(b)
 	defer ps.Close()
-	sub, err := ps.Subscribe(context.Background(), "pgwake.events")
-	require.NoError(b, err)
-	go func() {
-		for m := range sub {
-			m.Ack()
-		}
-	}()
 	benchQueueWithStream(b, ps)
 }
 
 // BenchmarkQueueWithStreamNATS is BenchmarkQueueWithStream into NATS
 // JetStream.
 func BenchmarkQueueWithStreamNATS(b *testing.B) {
-	url := os.Getenv("PGWAKE_TEST_NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
-	stream := "PGWAKE_BENCH_QUEUE_EVENTS"
-	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{"pgwake.benchq.events"}})
-	require.NoError(b, err)
-	defer pub.Close()
-	benchQueueWithStream(b, &topicOverride{pub: pub, topic: "pgwake.benchq.events"})
-	purgeNATSStream(b, url, stream)
+	withNATS(b, "PGWAKE_BENCH_QUEUE_EVENTS", "pgwake.benchq.events", benchQueueWithStream)
 }
 
 func benchQueueWithStream(b *testing.B, ps message.Publisher) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/promreg"
 )
 
 // interruptions runs the queue and a producer while interrupt breaks the
@@ -81,19 +82,10 @@ func TestStreamSurvivesPostgresRestart(t *testing.T) {
 	})
 }
 
-// metricSum sums the counter and gauge samples of a metric family.
+// metricSum sums the samples of a metric family.
 func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, err := promreg.Sum(reg, name)
 	require.NoError(t, err)
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
+	return v
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -102,38 +103,13 @@ func (e *env) countSQL(sql string, args ...any) int {
 // metric sums the samples of a metric family whose labels include want.
 func (e *env) metric(name string, want map[string]string) float64 {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	require.NoError(e.t, err)
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			ok := true
-			for k, v := range want {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == k && lp.GetValue() == v {
-						found = true
-					}
-				}
-				ok = ok && found
-			}
-			if !ok {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
+	var labels []string
+	for k, v := range want {
+		labels = append(labels, k, v)
 	}
-	return sum
+	v, err := promreg.Sum(e.reg, name, labels...)
+	require.NoError(e.t, err)
+	return v
 }
 
 // checkEventsMatchJobs rebuilds every job's state from the event log and

@@ -139,14 +139,7 @@ func (c *Client) cleaner(ctx context.Context) {
 	if r.keepsAll() {
 		return
 	}
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, r.Interval, func() {
 		n, err := c.DeleteFinished(ctx, r)
 		for state, k := range n {
 			c.metrics.deleted.WithLabelValues(state).Add(float64(k))
@@ -156,5 +149,5 @@ func (c *Client) cleaner(ctx context.Context) {
 		} else if total := n[StateSucceeded] + n[StateCancelled] + n[StateFailed]; total > 0 {
 			c.log.Debug("deleted finished jobs", zap.Int64("jobs", total))
 		}
-	}
+	})
 }

@@ -114,19 +114,26 @@ func (c *Client) heartbeat(ctx context.Context) {
 	for q := range c.loops {
 		queues = append(queues, q)
 	}
-	t := time.NewTicker(20 * time.Second)
+	every(ctx, 20*time.Second, func() {
+		if _, err := c.pool.Exec(ctx, c.sql.heartbeat, queues, c.id); err != nil && ctx.Err() == nil {
+			c.log.Warn("waiter heartbeat failed", zap.Error(err))
+		}
+		if _, err := c.pool.Exec(ctx, c.sql.pruneWaiters); err != nil && ctx.Err() == nil {
+			c.log.Warn("pruning waiters failed", zap.Error(err))
+		}
+	})
+}
+
+// every calls f every d (first after d) until ctx is done.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if _, err := c.pool.Exec(ctx, c.sql.heartbeat, queues, c.id); err != nil && ctx.Err() == nil {
-			c.log.Warn("waiter heartbeat failed", zap.Error(err))
-		}
-		if _, err := c.pool.Exec(ctx, c.sql.pruneWaiters); err != nil && ctx.Err() == nil {
-			c.log.Warn("pruning waiters failed", zap.Error(err))
+			f()
 		}
 	}
 }

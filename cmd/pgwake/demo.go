@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgwake/pgwake/internal/pgcluster"
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -495,7 +496,7 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 	fmt.Fprintf(w, "\n  lateness of delayed jobs, run_after to handler start (n=%d)\n", len(late))
 	writeLatency(w, late, false)
 
-	claims := claimsBySource(reg)
+	claims, _ := promreg.SumBy(reg, "pgwake_worker_claims_total", "source") // no table on error
 	fmt.Fprintf(w, "\n  claims by what made the worker look\n")
 	explain := map[string]string{
 		"notify":    "a NOTIFY from the enqueue woke an idle worker",
@@ -527,27 +528,6 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 		}
 		fmt.Fprintf(w, "    %-10s %6.0f  %5.1f%%  %s\n", src, v, pct, explain[src])
 	}
-}
-
-func claimsBySource(reg *prometheus.Registry) map[string]float64 {
-	out := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "pgwake_worker_claims_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
 }
 
 // writeLatency prints percentiles and, with hist, a histogram.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -18,14 +19,25 @@ import (
 	"github.com/pgwake/pgwake/queue"
 )
 
+// eventsSchema migrates a fresh schema and, when the test ends, drops the
+// default slot and publication that the events commands create for it.
+func eventsSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = events.DropSlot(context.Background(), pool, schema+"_events", true)
+		_ = events.DropPublication(context.Background(), pool, schema+"_events")
+	})
+	return pool, schema
+}
+
 func TestEventsCommands(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = events.DropPublication(context.Background(), pool, schema+"_events") })
+	pool, schema := eventsSchema(t)
 
 	// tail on a temporary slot prints the events committed after it started.
 	p := startPgwake(t, "events", "tail", "--schema", schema)
@@ -113,14 +125,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestEventsForwardToNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = events.DropSlot(context.Background(), pool, schema+"_events", true)
-		_ = events.DropPublication(context.Background(), pool, schema+"_events")
-	})
+	pool, schema := eventsSchema(t)
 	natsURL := "nats://127.0.0.1:4222"
 	topic := "pgwake_cli_" + schema
 	stream := strings.ToUpper(topic)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events/pubsub"
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -249,32 +250,13 @@ func TestAckCommitsHandlerWritesNackRollsBack(t *testing.T) {
 	require.Equal(t, 3.0, metricSum(t, reg, "pgwake_worker_claims_total", "queue", q))
 }
 
-// metricSum sums the counter samples of name whose labels match the given
+// metricSum sums the samples of name whose labels match the given
 // name/value pairs.
 func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, err := promreg.Sum(reg, name, labels...)
 	require.NoError(t, err)
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue metrics
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return v
 }
 
 func TestMaxAttemptsFailsMessage(t *testing.T) {

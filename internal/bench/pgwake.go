@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -147,21 +148,9 @@ func (p *Pgwake) Diagnostics() map[string]float64 {
 	if p.reg == nil {
 		return out
 	}
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "pgwake_worker_claims_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" {
-					out["claims_"+l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
+	by, _ := promreg.SumBy(p.reg, "pgwake_worker_claims_total", "source") // no figures on error
+	for source, n := range by {
+		out["claims_"+source] = n
 	}
 	return out
 }

@@ -35,3 +35,49 @@ func RegisterAll[C prometheus.Collector](reg prometheus.Registerer, cs ...*C) er
 	}
 	return nil
 }
+
+// Sum adds up the samples of the metric family name whose labels include
+// every name/value pair in labels: counter and gauge values, and the sample
+// counts of histograms. A family that is absent sums to 0.
+func Sum(g prometheus.Gatherer, name string, labels ...string) (float64, error) {
+	var sum float64
+	err := each(g, name, labels, func(_ map[string]string, v float64) { sum += v })
+	return sum, err
+}
+
+// SumBy is Sum grouped by the value of one label.
+func SumBy(g prometheus.Gatherer, name, label string) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := each(g, name, nil, func(have map[string]string, v float64) {
+		if lv, ok := have[label]; ok {
+			out[lv] += v
+		}
+	})
+	return out, err
+}
+
+func each(g prometheus.Gatherer, name string, labels []string, f func(map[string]string, float64)) error {
+	mfs, err := g.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := make(map[string]string, len(m.GetLabel()))
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue metrics
+				}
+			}
+			f(have, m.GetCounter().GetValue()+m.GetGauge().GetValue()+float64(m.GetHistogram().GetSampleCount()))
+		}
+	}
+	return nil
+}

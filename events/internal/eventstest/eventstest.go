@@ -8,9 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/pprof"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,27 +76,17 @@ func (e *Env) RunStream(cfg events.Config) (s *events.Stream, stop func()) {
 	e.T.Helper()
 	s, err := events.New(e.Pool, cfg)
 	require.NoError(e.T, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(e.T, err)
-			case <-time.After(60 * time.Second):
-				var buf strings.Builder
-				_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-				e.T.Errorf("Stream.Run did not return within 60s of cancel; goroutines:\n%s", buf.String())
-			}
-		})
-	}
-	e.T.Cleanup(stop)
+	early := make(chan error, 1) // Run returned before stop
+	stop = pgtest.RunInBackground(e.T, "stream", func(ctx context.Context) error {
+		err := s.Run(ctx)
+		if ctx.Err() == nil {
+			early <- err
+		}
+		return err
+	})
 	WaitFor(e.T, 60*time.Second, "stream streaming", func() bool {
 		select {
-		case err := <-done:
+		case err := <-early:
 			e.T.Fatalf("Stream.Run returned early: %v", err)
 		default:
 		}
