@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/internal/eventstest"
 	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/natstest"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -80,10 +80,8 @@ func ackingGoChannel(b *testing.B) *gochannel.GoChannel {
 // withNATS runs bench with a NATS JetStream publisher (stream on subject,
 // at $PGWAKE_TEST_NATS_URL or the local server) and purges the stream after.
 func withNATS(b *testing.B, stream, subject string, bench func(*testing.B, message.Publisher)) {
-	url := os.Getenv("PGWAKE_TEST_NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
+	url := natstest.URL()
+	natstest.KeepJetStream(b)
 	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: stream, Subjects: []string{subject}})
 	require.NoError(b, err)
 	defer pub.Close()

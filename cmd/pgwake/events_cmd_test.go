@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/natstest"
 	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -126,7 +127,8 @@ func TestEventsForwardToNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := eventsSchema(t)
-	natsURL := "nats://127.0.0.1:4222"
+	natsURL := natstest.URL()
+	natstest.KeepJetStream(t)
 	topic := "pgwake_cli_" + schema
 	stream := strings.ToUpper(topic)
 	nc, err := nats.Connect(natsURL)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/internal/eventstest"
 	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/natstest"
 	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -25,12 +25,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // natsURL is $PGWAKE_TEST_NATS_URL or the local server.
-func natsURL() string {
-	if u := os.Getenv("PGWAKE_TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
+var natsURL = natstest.URL
 
 func randomName() string {
 	b := make([]byte, 4)
@@ -44,6 +39,7 @@ func TestStreamToJetStreamInCommitOrder(t *testing.T) {
 	ctx := context.Background()
 	prefix := "pgwake_test_" + randomName()
 	stream := strings.ToUpper(prefix)
+	natstest.KeepJetStream(t)
 	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".>"}})
 	require.NoError(t, err)
 	nc, err := nats.Connect(natsURL())
@@ -117,6 +113,7 @@ func TestPublishersOrderAndDeduplicate(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		prefix := "pgwake_test_" + randomName()
 		stream := strings.ToUpper(prefix)
+		natstest.KeepJetStream(t)
 		pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix}, SyncPublish: sync})
 		require.NoError(t, err)
 		nc, err := nats.Connect(natsURL())
