@@ -31,6 +31,10 @@ func TestClientsShareARegistry(t *testing.T) {
 	e.run()
 	other.run()
 	waitFor(t, 30*time.Second, "jobs done", func() bool { return e.count(`state = 'succeeded'`) == 3 })
+	// Outcomes are counted after the completion has committed.
+	waitFor(t, 5*time.Second, "outcomes counted", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "succeeded"}) >= 3
+	})
 	require.Equal(t, 2.0, e.metric("pgwake_worker_jobs_total", map[string]string{"queue": "a", "outcome": "succeeded"}))
 	require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"queue": "b", "outcome": "succeeded"}))
 	require.Equal(t, 3.0, e.metric("pgwake_queue_enqueued_total", nil))

@@ -106,5 +106,10 @@ func TestRunDeletesExpiredJobs(t *testing.T) {
 		return e.count(`state = 'succeeded'`) == 0
 	})
 	require.Equal(t, 4, e.count(`true`), "failed, cancelled and pending jobs are not due for deletion")
-	require.Equal(t, 3.0, e.metric("pgwake_queue_jobs_deleted_total", map[string]string{"state": queue.StateSucceeded}))
+	// The counter moves after the delete has committed.
+	deleted := func() float64 {
+		return e.metric("pgwake_queue_jobs_deleted_total", map[string]string{"state": queue.StateSucceeded})
+	}
+	waitFor(t, 5*time.Second, "deletions counted", func() bool { return deleted() >= 3 })
+	require.Equal(t, 3.0, deleted())
 }

@@ -244,6 +244,10 @@ func TestAckCommitsHandlerWritesNackRollsBack(t *testing.T) {
 	// The same story in the metrics: two Nacks, one Ack, one message in.
 	q, err := pubsub.QueueName("t", "")
 	require.NoError(t, err)
+	// The outcome is counted after the Ack's commit.
+	waitFor(t, wait, "outcome counted", func() bool {
+		return metricSum(t, reg, "pgwake_worker_jobs_total", "queue", q, "outcome", "succeeded") >= 1
+	})
 	require.Equal(t, 2.0, metricSum(t, reg, "pgwake_worker_jobs_total", "queue", q, "outcome", "retry"))
 	require.Equal(t, 1.0, metricSum(t, reg, "pgwake_worker_jobs_total", "queue", q, "outcome", "succeeded"))
 	require.Equal(t, 1.0, metricSum(t, reg, "pgwake_queue_enqueued_total", "queue", q))
