@@ -14,7 +14,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.jobs TO {{app_role}};
 GRANT INSERT ON {{schema}}.events TO {{app_role}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.waiters TO {{app_role}};
 GRANT USAGE ON SEQUENCE {{schema}}.jobs_id_seq, {{schema}}.events_id_seq TO {{app_role}};
-GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text) TO {{app_role}};
+-- Attempt records (see docs/semantics.md): written before a batch's
+-- handlers run, deleted with the outcome.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.attempts TO {{app_role}};
+-- The wake lock's salt: only roles that can read it can take the lock.
+GRANT SELECT ON {{schema}}.wake_salt TO {{app_role}};
+GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text), {{schema}}.wake_lock_key(text) TO {{app_role}};
 -- Watermill Pub/Sub (package events/pubsub) on top of the queue.
 GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{app_role}};
 

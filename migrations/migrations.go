@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
@@ -97,12 +98,14 @@ func render(sql, schema string) string {
 	return strings.ReplaceAll(sql, "{{schema}}", sqlident.Quote(schema))
 }
 
-// lockKey is the advisory lock key for migrating one schema.
-const lockSQL = `SELECT pg_advisory_lock(hashtextextended('pgwake.migrate.' || $1, 0))`
-const unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('pgwake.migrate.' || $1, 0))`
-
 // Up applies every pending migration to schema (DefaultSchema when empty),
 // creating the schema if needed. It returns the versions it applied.
+//
+// Concurrent calls are serialised by a lock on the schema's
+// schema_migrations table, taken in the transaction that applies the
+// migrations: only roles with write privileges on that table can take it, so
+// no other role can make migrate wait (an advisory lock anyone can take on a
+// predictable key could).
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	if pool == nil {
 		return nil, errors.New("migrations: nil pool")
@@ -123,54 +126,71 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	}
 	defer conn.Release()
 
-	if _, err := conn.Exec(ctx, lockSQL, schema); err != nil {
-		return nil, fmt.Errorf("migrations: take advisory lock: %w", err)
-	}
-	defer func() {
-		// Unlock on a fresh context so a cancelled ctx still releases the lock;
-		// if that fails the lock dies with the session anyway.
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, unlockSQL, schema); err != nil {
-			conn.Conn().Close(uctx) //nolint:errcheck // closing releases the lock
-		}
-	}()
-
 	q := sqlident.Quote(schema)
+	// Two migrators creating the schema at once: one of the IF NOT EXISTS
+	// statements fails on a catalog unique index; the next try sees it.
+	for try := 0; ; try++ {
+		err := createBookkeeping(ctx, conn.Conn(), q)
+		if err == nil {
+			break
+		}
+		var pgErr *pgconn.PgError
+		if try < 3 && errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			continue
+		}
+		return nil, err
+	}
+	var ran []int
+	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+		ran = nil
+		// Self-conflicting: a second migrator waits here until we commit.
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+q+`.schema_migrations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return fmt.Errorf("migrations: lock schema_migrations: %w", err)
+		}
+		done, err := applied(ctx, tx, schema)
+		if err != nil {
+			return err
+		}
+		for _, m := range all {
+			if _, ok := done[m.Version]; ok {
+				continue
+			}
+			if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
+				return fmt.Errorf("migrations: apply %04d_%s to schema %s: %w", m.Version, m.Name, schema, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+				return fmt.Errorf("migrations: record %04d_%s: %w", m.Version, m.Name, err)
+			}
+			ran = append(ran, m.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ran, nil
+}
+
+// createBookkeeping creates the schema and its schema_migrations table if
+// they do not exist.
+func createBookkeeping(ctx context.Context, conn *pgx.Conn, q string) error {
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q); err != nil {
-		return nil, fmt.Errorf("migrations: create schema %s: %w", schema, err)
+		return fmt.Errorf("migrations: create schema %s: %w", q, err)
 	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.schema_migrations (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return nil, fmt.Errorf("migrations: create schema_migrations: %w", err)
+		return fmt.Errorf("migrations: create schema_migrations: %w", err)
 	}
-	done, err := applied(ctx, conn.Conn(), schema)
-	if err != nil {
-		return nil, err
-	}
-	var ran []int
-	for _, m := range all {
-		if _, ok := done[m.Version]; ok {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
-			return err
-		})
-		if err != nil {
-			return ran, fmt.Errorf("migrations: apply %04d_%s to schema %s: %w", m.Version, m.Name, schema, err)
-		}
-		ran = append(ran, m.Version)
-	}
-	return ran, nil
+	return nil
 }
 
-func applied(ctx context.Context, conn *pgx.Conn, schema string) (map[int]Applied, error) {
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func applied(ctx context.Context, conn querier, schema string) (map[int]Applied, error) {
 	rows, err := conn.Query(ctx, `SELECT version, name, applied_at FROM `+sqlident.Quote(schema)+`.schema_migrations`)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: read schema_migrations: %w", err)

@@ -13,8 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
-
-	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
 // Client enqueues jobs and, when it has Queues, runs their workers.
@@ -26,26 +24,47 @@ type Client struct {
 	channel string
 	metrics *metrics
 
-	id      string // names this client in the waiters table
+	id      string // names this client in the waiters and attempts tables
 	loops   map[string]*queueLoop
+	kinds   kindStats
 	running atomic.Bool
 	// claimIdleTimeout, when not empty, is set as the claim transaction's
 	// idle_in_transaction_session_timeout (see claimIdleTimeoutFor). Written
 	// by Run before the dispatchers start.
 	claimIdleTimeout string
+	// claimed maps the id of every job in a running batch to its batch, so
+	// Cancel can skip a job that is claimed but not started.
+	claimed sync.Map
+	// exclusive is held shared by every running batch, and exclusively by
+	// a job re-run alone to find out whether it kills its process.
+	exclusive sync.RWMutex
 
 	mu      sync.Mutex
 	runDone chan struct{}
 }
 
-// ErrAlreadyRunning is returned by Run when the client is already running.
-var ErrAlreadyRunning = errors.New("queue: client is already running")
-
-// ErrNoQueues is returned by Run when Config.Queues is empty.
-var ErrNoQueues = errors.New("queue: no queues configured; set Config.Queues to run workers")
+// MinPoolConns is the fewest connections cfg's workers need from the pool:
+// one per worker slot (a running batch holds its claim transaction's
+// connection), one per queue (its dispatcher claims and marks itself idle
+// while every slot is busy) and one for recording attempts and housekeeping.
+// Handlers that use the pool themselves (Client.Enqueue instead of EnqueueTx,
+// say) need theirs on top. The LISTEN connection is not from the pool.
+func MinPoolConns(cfg Config) int {
+	cfg = cfg.withDefaults()
+	if len(cfg.Queues) == 0 {
+		return 1
+	}
+	n := 1
+	for _, qc := range cfg.Queues {
+		n += qc.MaxWorkers + 1
+	}
+	return n
+}
 
 // New returns a Client on pool. It validates cfg (after filling defaults) and
-// registers metrics; it does not touch the database.
+// registers metrics; it does not touch the database. With Queues, it returns
+// a *PoolTooSmallError (errors.Is ErrPoolTooSmall) when the pool's MaxConns
+// is below MinPoolConns(cfg), unless cfg.AllowSmallPool is set.
 func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
@@ -54,6 +73,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if need, mc := MinPoolConns(cfg), int(pool.Config().MaxConns); len(cfg.Queues) > 0 && mc < need {
+		if !cfg.AllowSmallPool {
+			return nil, &PoolTooSmallError{MaxConns: mc, Need: need}
+		}
+		cfg.Logger.Warn("pool is smaller than the workers need; concurrency is capped by the pool",
+			zap.Int("pool_max_conns", mc), zap.Int("need", need))
+	}
 	c := &Client{
 		pool:    pool,
 		cfg:     cfg,
@@ -61,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		sql:     newStatements(cfg.Schema),
 		channel: WakeChannel(cfg.Schema),
 		loops:   map[string]*queueLoop{},
+		kinds:   newKindStats(cfg),
 		id:      newClientID(),
 	}
 	m, err := newMetrics(cfg.Registerer, c)
@@ -68,17 +95,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.metrics = m
-	workers := 0
 	for name, qc := range cfg.Queues {
 		c.loops[name] = newQueueLoop(c, name, qc)
-		workers += qc.MaxWorkers
-	}
-	// Each running claim transaction holds a pool connection, and the
-	// dispatchers need one to claim: a smaller pool caps concurrency and can
-	// starve handlers that use the pool themselves.
-	if mc := int(pool.Config().MaxConns); workers > 0 && mc < workers+len(cfg.Queues) {
-		c.log.Warn("pool is smaller than the workers need; concurrency is capped by the pool",
-			zap.Int("pool_max_conns", mc), zap.Int("workers", workers), zap.Int("queues", len(cfg.Queues)))
 	}
 	return c, nil
 }
@@ -91,162 +109,6 @@ func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
 // WakeChannel is the NOTIFY channel of a schema's queues.
 func WakeChannel(schema string) string { return schema + "_wake" }
-
-// statements holds the client's SQL, with the schema quoted in.
-type statements struct {
-	enqueue, enqueueOne, claim, claimAfter, next, succeed, fail, cancel, retry string
-	setWaiter, heartbeat, dropWaiters, pruneWaiters, uniqueHolders             string
-	deleteFinished                                                             string
-}
-
-func newStatements(schema string) statements {
-	jobs := sqlident.Quote(schema, "jobs")
-	events := sqlident.Quote(schema, "events")
-	waiters := sqlident.Quote(schema, "waiters")
-	wakeNeeded := sqlident.Quote(schema, "wake_needed")
-	enqueueTail := `
-	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
-	RETURNING id, queue, kind, run_after, unique_key
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'enqueued', queue, kind, 0, jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
-), wake AS (
-	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
-		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
-		ELSE '' END)
-	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
-)
-SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
-	return statements{
-		// One statement: insert, append events, and one NOTIFY per queue
-		// that a sleeping worker waits on (see wake_needed in migration
-		// 0004). The payload is the queue, plus "|<ms>" when the earliest job
-		// of the queue is delayed by that many milliseconds.
-		enqueue: `
-WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::bigint[], $7::int[], $8::text[])
-		WITH ORDINALITY AS t(queue, kind, payload, priority, run_after, delay_us, max_attempts, unique_key, ord)
-), ins AS (
-	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
-	SELECT queue, kind, payload, priority, coalesce(run_after, now() + delay_us * interval '1 microsecond'), max_attempts, unique_key
-	FROM input ORDER BY ord` + enqueueTail,
-
-		// The same for one job, without the arrays: the common case of a
-		// web request enqueuing one job is cheaper to plan and execute.
-		enqueueOne: `
-WITH ins AS (
-	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
-	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::bigint * interval '1 microsecond'), $7, $8)` + enqueueTail,
-
-		claim: claimSQL(jobs, ""),
-		// The same, starting after the last job this worker claimed: under a
-		// backlog the head of the claim index fills with entries of finished
-		// jobs (dead until vacuum), and a scan from the head steps over all
-		// of them on every claim.
-		claimAfter: claimSQL(jobs, "AND (priority, run_after, id) > ($3::smallint, $4::timestamptz, $5::bigint)"),
-
-		// Milliseconds until the queue's earliest future job, NULL if none.
-		// The claim index is ordered by priority first, so walk the queue's
-		// distinct priorities (one index probe each) and take the earliest
-		// future run_after of each: a few probes instead of a second index
-		// on every enqueue.
-		next: `
-WITH RECURSIVE p(priority) AS (
-	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM ` + jobs + ` j
-		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
-	FROM p WHERE p.priority IS NOT NULL
-)
-SELECT extract(epoch FROM min((
-	SELECT j.run_after FROM ` + jobs + ` j
-	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
-	ORDER BY j.run_after LIMIT 1)) - clock_timestamp()) * 1000
-FROM p WHERE p.priority IS NOT NULL`,
-
-		succeed: `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'succeeded', attempts = attempts + 1, finished_at = clock_timestamp()
-	WHERE id = ANY($1)
-	RETURNING id, queue, kind, attempts
-)
-INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id`,
-
-		// $1 id, $2 attempts seen at claim, $3 error, $4 backoff µs.
-		// Returns the new state and the ms until the retry.
-		fail: `
-WITH j AS (
-	UPDATE ` + jobs + ` SET
-		attempts = attempts + 1,
-		last_error = $3,
-		state = CASE WHEN attempts + 1 >= max_attempts THEN 'failed' ELSE 'pending' END,
-		run_after = CASE WHEN attempts + 1 >= max_attempts THEN run_after
-			ELSE clock_timestamp() + $4 * interval '1 microsecond' END,
-		finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END
-	WHERE id = $1 AND attempts = $2 AND state = 'pending'
-	RETURNING id, queue, kind, attempts, state, run_after
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
-		CASE WHEN state = 'failed' THEN jsonb_build_object('error', $3::text)
-		ELSE jsonb_build_object('error', $3::text, 'run_after', run_after) END
-	FROM j
-), wake AS (
-	SELECT pg_notify($5, queue || '|' || ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000)::bigint)
-	FROM j WHERE state = 'pending'
-)
-SELECT state, extract(epoch FROM run_after - clock_timestamp()) * 1000, (SELECT count(*) FROM wake) FROM j`,
-
-		setWaiter: `INSERT INTO ` + waiters + ` (queue, client_id, idle) VALUES ($1, $2, $3)
-ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`,
-		// A missing row (crash recovery empties the unlogged table) comes
-		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
-		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
-ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
-		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1) AND state = 'pending'`,
-		dropWaiters:    `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
-		pruneWaiters:   `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
-		deleteFinished: deleteFinishedSQL(schema),
-
-		cancel: `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp()
-	WHERE id = $1 AND state = 'pending'
-	RETURNING id, queue, kind, attempts
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-	SELECT id, 'cancelled', queue, kind, attempts FROM j
-)
-SELECT id FROM j`,
-
-		retry: `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,
-		max_attempts = greatest(max_attempts, attempts + 1)
-	WHERE id = $1 AND state = 'failed'
-	RETURNING id, queue, kind, attempts, run_after
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'retried', queue, kind, attempts, jsonb_build_object('run_after', run_after) FROM j
-), wake AS (
-	SELECT pg_notify($2, queue) FROM j
-)
-SELECT id, (SELECT count(*) FROM wake) FROM j`,
-	}
-}
-
-func claimSQL(jobs, after string) string {
-	return `
-SELECT id, queue, kind, payload, priority, attempts, max_attempts, run_after, created_at,
-	coalesce(unique_key, ''), coalesce(last_error, ''),
-	extract(epoch FROM clock_timestamp() - greatest(run_after, created_at))::float8
-FROM ` + jobs + `
-WHERE state = 'pending' AND queue = $1 AND run_after <= now() ` + after + `
-ORDER BY priority, run_after, id
-LIMIT $2
-FOR UPDATE SKIP LOCKED`
-}
 
 func newClientID() string {
 	var b [8]byte
@@ -344,7 +206,7 @@ func (c *Client) insert(ctx context.Context, q querier, ps []prepared, todo []in
 	if n == 1 {
 		p := ps[todo[0]]
 		rows, err = q.Query(ctx, c.sql.enqueueOne, p.queue, p.kind, string(p.payload), p.priority,
-			p.runAfter, p.delayMicros, p.maxAttempts, p.uniqueKey, c.channel)
+			p.runAfter, float64(p.delayMicros), p.maxAttempts, p.uniqueKey, c.channel)
 	} else {
 		rows, err = c.insertMany(ctx, q, ps, todo)
 	}
@@ -363,14 +225,14 @@ func (c *Client) insertMany(ctx context.Context, q querier, ps []prepared, todo 
 		payloads = make([]string, n)
 		prios    = make([]int16, n)
 		runAfter = make([]*time.Time, n)
-		delays   = make([]int64, n)
+		delays   = make([]float64, n)
 		maxAtt   = make([]int32, n)
 		keys     = make([]*string, n)
 	)
 	for k, i := range todo {
 		p := ps[i]
 		queues[k], kinds[k], payloads[k], prios[k] = p.queue, p.kind, string(p.payload), p.priority
-		runAfter[k], delays[k], maxAtt[k], keys[k] = p.runAfter, p.delayMicros, p.maxAttempts, p.uniqueKey
+		runAfter[k], delays[k], maxAtt[k], keys[k] = p.runAfter, float64(p.delayMicros), p.maxAttempts, p.uniqueKey
 	}
 	return q.Query(ctx, c.sql.enqueue, queues, kinds, payloads, prios, runAfter, delays, maxAtt, keys, c.channel)
 }
@@ -452,26 +314,51 @@ func (c *Client) resolveDuplicates(ctx context.Context, q querier, ps []prepared
 	return again, nil
 }
 
-// ErrNotFound is returned by Cancel and Retry when no job matches in the
-// required state.
-var ErrNotFound = errors.New("queue: no such job in a state that allows this")
-
-// Cancel marks a pending job cancelled (with a cancelled event). A job whose
-// handler is running now waits for it: Cancel blocks until that attempt ends,
-// then cancels the job only if it is still pending.
+// Cancel marks a pending job cancelled (with a cancelled event). A job this
+// client has claimed but not started is skipped and recorded cancelled by its
+// batch, without waiting for the batch's other jobs. A job whose handler is
+// running now waits for it: Cancel blocks until that attempt ends, then
+// cancels the job only if it is still pending.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
+	if b := c.claimedBatch(id); b != nil && b.requestCancel(id) {
+		if batchOf(ctx) == b {
+			// Called from a handler of that batch: the batch records the
+			// cancel when it commits.
+			return nil
+		}
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return fmt.Errorf("queue: cancel job %d: %w", id, ctx.Err())
+		}
+		if b.wasCancelled(id) {
+			return nil
+		}
+	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
 }
 
-// CancelTx is Cancel in the caller's transaction.
+// CancelTx is Cancel in the caller's transaction. From a handler, on its
+// own transaction, it cancels a job of the same batch without waiting (the
+// job is skipped) or the handler's own job (which then ends cancelled, not
+// succeeded).
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	var got int64
-	err := tx.QueryRow(ctx, c.sql.cancel, id).Scan(&got)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: cancel job %d: not pending", ErrNotFound, id)
-	}
+	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id})
 	if err != nil {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: cancel job %d: not pending", ErrNotFound, id)
+	}
+	if jt, ok := tx.(*jobTx); ok && jt.batch != nil {
+		jt.batch.requestCancel(id)
 	}
 	return nil
 }

@@ -1,10 +1,14 @@
 package queue
 
 import (
+	"os"
+
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"go.uber.org/zap/zapcore"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,8 +92,14 @@ type Config struct {
 	// set it to a direct PostgreSQL connection.
 	ListenerConnConfig *pgx.ConnConfig
 	// Logger gets the client's logs; payloads are never logged. Default
-	// zap.NewNop().
+	// DefaultLogger(): warnings and errors to stderr, so that a pool too
+	// small or a lost attempt is seen. zap.NewNop() silences it.
 	Logger *zap.Logger
+	// AllowSmallPool lets New accept a pool with fewer connections than
+	// MinPoolConns: concurrency is then capped by the pool, and handlers that
+	// use the pool may wait for connections. Default false: New returns a
+	// *PoolTooSmallError.
+	AllowSmallPool bool
 	// Registerer gets the client's metrics. Default: none registered.
 	Registerer prometheus.Registerer
 }
@@ -102,18 +112,6 @@ var ErrInvalidConfig = errors.New("invalid queue config")
 
 // ErrInvalidSchema is returned for a schema name that is not a plain identifier.
 var ErrInvalidSchema = migrations.ErrInvalidSchema
-
-// DefaultBackoff is 30s * 2^(attempt-1), capped at 24h: 30s, 1m, 2m, 4m, ...
-func DefaultBackoff(attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt > 12 {
-		return 24 * time.Hour
-	}
-	d := 30 * time.Second << (attempt - 1)
-	return min(d, 24*time.Hour)
-}
 
 func (c Config) withDefaults() Config {
 	if c.Schema == "" {
@@ -147,7 +145,7 @@ func (c Config) withDefaults() Config {
 		c.MaxErrorBytes = 4096
 	}
 	if c.Logger == nil {
-		c.Logger = zap.NewNop()
+		c.Logger = DefaultLogger()
 	}
 	c.Retention = c.Retention.withDefaults()
 	qs := make(map[string]QueueConfig, len(c.Queues))
@@ -218,4 +216,11 @@ func (c Config) timeout(kind string) time.Duration {
 		return d
 	}
 	return c.JobTimeout
+}
+
+// DefaultLogger is the logger of a Config without one: warnings and errors,
+// as JSON lines on stderr.
+func DefaultLogger() *zap.Logger {
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zapcore.WarnLevel)).Named("pgwake")
 }

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,13 @@ func helperMain() int {
 	url, schema := os.Getenv("PGWAKE_TEST_URL"), os.Getenv("PGWAKE_TEST_SCHEMA")
 	hold, _ := time.ParseDuration(os.Getenv("PGWAKE_TEST_HOLD"))
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	pcfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -35,7 +42,8 @@ func helperMain() int {
 		Schema:       schema,
 		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
 		PollInterval: 100 * time.Millisecond,
-		Handlers:     map[string]queue.Handler{"effect": effectHandler(schema, hold)},
+		Backoff:      func(int) time.Duration { return 20 * time.Millisecond },
+		Handlers:     map[string]queue.Handler{"effect": effectHandler(schema, hold), },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -50,11 +58,22 @@ func helperMain() int {
 }
 
 // effectHandler writes the job's effect in the claim transaction, then holds
-// the transaction open for hold (a handler doing work).
+// the transaction open for hold (a handler doing work). A job with payload
+// {"die": "exit"} or {"die": "kill"} then kills its own process, with
+// os.Exit or SIGKILL (a crash, an OOM kill).
 func effectHandler(schema string, hold time.Duration) queue.Handler {
 	return queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 		if err := effect(ctx, tx, schema, j); err != nil {
 			return err
+		}
+		var p struct{ Die string }
+		_ = json.Unmarshal(j.Payload, &p)
+		switch p.Die {
+		case "exit":
+			os.Exit(7)
+		case "kill":
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
 		}
 		if hold > 0 {
 			select {
@@ -117,8 +136,12 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	waitFor(t, 60*time.Second, "all jobs done", func() bool { return e.count(`state = 'succeeded'`) == len(ids) })
 	e.requireExactlyOnce(ids)
-	// No attempt was recorded for killed handlers: crashes roll back.
-	require.Equal(t, 0, e.count(`attempts <> 1`))
+	// A killed process's attempts run again, uncounted: one kill does not
+	// show which job (if any) was at fault. Only an attempt lost while it
+	// ran alone in its process counts: three kills can line up that way
+	// for one job at most.
+	require.Equal(t, 0, e.count(`attempts NOT IN (1, 2)`))
+	require.LessOrEqual(t, e.count(`attempts = 2`), 1)
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
 
@@ -203,7 +226,7 @@ func TestGracefulShutdownLetsHandlersFinish(t *testing.T) {
 	}
 }
 
-func TestShutdownDeadlineCancelsHandlersAndKeepsJobs(t *testing.T) {
+func TestShutdownDeadlineCancelsHandlersAndCountsTheAttempt(t *testing.T) {
 	var schema string
 	started := make(chan struct{}, 10)
 	e := newEnv(t, queue.Config{
@@ -238,8 +261,9 @@ func TestShutdownDeadlineCancelsHandlersAndKeepsJobs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after the shutdown deadline")
 	}
-	// Rolled back: still pending, no attempt counted, no effect.
-	require.Equal(t, 3, e.count(`state = 'pending' AND attempts = 0`))
+	// The handlers' writes rolled back; each attempt counts, as a failure
+	// whose retry is scheduled.
+	require.Equal(t, 3, e.count(`state = 'pending' AND attempts = 1 AND last_error LIKE '%context canceled%'`))
 	require.Empty(t, e.effectCounts())
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }

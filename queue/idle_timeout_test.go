@@ -30,7 +30,7 @@ func TestIdleInTransactionTimeoutDoesNotKillClaims(t *testing.T) {
 	require.NoError(t, err)
 	var runs atomic.Int32
 	e := newEnvOn(t, pool, schema, queue.Config{
-		Queues:     map[string]queue.QueueConfig{"default": {}},
+		Queues:     map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
 		JobTimeout: 10 * time.Second,
 		Handlers: map[string]queue.Handler{"slow": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 			runs.Add(1)

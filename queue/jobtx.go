@@ -11,12 +11,15 @@ import (
 const jobSavepoint = "pgwake_job"
 
 // jobTx is the claim transaction as one handler sees it. The first use takes
-// a savepoint, so a failure rolls back this handler's writes and nothing else
-// of the batch; a handler that never touches the transaction costs no round
-// trip. Commit and Rollback belong to pgwake.
+// a savepoint, in a round trip of its own before the handler's statement (a
+// statement that fails at Parse would otherwise abort the transaction before
+// the savepoint existed), so a failure rolls back this handler's writes and
+// nothing else of the batch; a handler that never touches the transaction
+// costs no round trip. Commit and Rollback belong to pgwake.
 type jobTx struct {
 	tx        pgx.Tx
 	savepoint bool
+	batch     *batch // the claimed batch, for CancelTx
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -70,36 +73,18 @@ func (t *jobTx) LargeObjects() pgx.LargeObjects {
 
 // Prepare prepares a statement on the claim transaction's connection.
 func (t *jobTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
 	return t.tx.Prepare(ctx, name, sql)
 }
 
-// Exec runs sql in the claim transaction. The first statement of a handler
-// is sent together with its savepoint, in one round trip.
+// Exec runs sql in the claim transaction.
 func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.savepoint {
-		return t.tx.Exec(ctx, sql, args...)
+	if err := t.ensure(ctx); err != nil {
+		return pgconn.CommandTag{}, err
 	}
-	b := &pgx.Batch{}
-	b.Queue("SAVEPOINT " + jobSavepoint)
-	q := b.Queue(sql, args...)
-	var tag pgconn.CommandTag
-	q.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	br := t.tx.SendBatch(ctx, b)
-	// The savepoint is the batch's first statement; once the batch was sent
-	// it exists unless the batch failed before it ran.
-	_, spErr := br.Exec()
-	if spErr == nil {
-		t.savepoint = true
-	}
-	if spErr != nil {
-		_ = br.Close()
-		return tag, spErr
-	}
-	_, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
+	return t.tx.Exec(ctx, sql, args...)
 }
 
 // Query runs sql in the claim transaction.

@@ -40,8 +40,19 @@ type env struct {
 // newEnv migrates a fresh schema and builds a client on it.
 func newEnv(t *testing.T, cfg queue.Config) *env {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	return newEnvWithPool(t, pgtest.Pool(t), cfg)
+}
+
+// newEnvOwnPool is newEnv on a pool of its own with maxConns connections,
+// for tests whose timing must not depend on parallel tests sharing a pool.
+func newEnvOwnPool(t *testing.T, maxConns int32, cfg queue.Config) *env {
+	t.Helper()
+	return newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = maxConns }), cfg)
+}
+
+func newEnvWithPool(t *testing.T, pool *pgxpool.Pool, cfg queue.Config) *env {
+	t.Helper()
+	schema := pgtest.SchemaOn(t, pool)
 	_, err := migrations.Up(context.Background(), pool, schema)
 	require.NoError(t, err)
 	_, err = pool.Exec(context.Background(), `CREATE TABLE `+sqlident.Quote(schema, "effects")+` (job_id bigint NOT NULL, attempt int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)

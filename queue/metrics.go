@@ -17,6 +17,7 @@ const (
 	outcomeRetry       = "retry"        // failed, retry scheduled
 	outcomeFailed      = "failed"       // failed, attempts exhausted
 	outcomeCommitError = "commit_error" // the outcome could not be recorded; the job runs again
+	outcomeCancelled   = "cancelled"    // the handler returned nil, but the job was cancelled meanwhile
 )
 
 type metrics struct {
@@ -39,7 +40,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		}, []string{"queue", "kind"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_jobs_total",
-			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again).",
+			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again), cancelled (the job was cancelled while its handler ran).",
 		}, []string{"queue", "kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pgwake_worker_job_duration_seconds",

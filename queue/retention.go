@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
 // Retention says how long finished jobs stay in the jobs table after they
@@ -68,32 +66,12 @@ func (r Retention) validate() error {
 func (r Retention) keepsAll() bool { return r.Succeeded < 0 && r.Cancelled < 0 && r.Failed < 0 }
 
 // micros is a retention period as the statement takes it: NULL keeps all.
-func micros(d time.Duration) *int64 {
+func micros(d time.Duration) *float64 {
 	if d < 0 {
 		return nil
 	}
-	us := d.Microseconds()
+	us := float64(d.Microseconds())
 	return &us
-}
-
-func deleteFinishedSQL(schema string) string {
-	jobs := sqlident.Quote(schema, "jobs")
-	// The range scan on jobs_finished_idx stops at the oldest cutoff; the
-	// per-state cutoffs filter within it. SKIP LOCKED: a job that Retry is
-	// putting back to pending right now is not waited for.
-	return `
-WITH expired AS (
-	SELECT id FROM ` + jobs + `
-	WHERE finished_at < now() - least($1::bigint, $2::bigint, $3::bigint) * interval '1 microsecond'
-	  AND ((state = 'succeeded' AND finished_at < now() - $1::bigint * interval '1 microsecond')
-	    OR (state = 'cancelled' AND finished_at < now() - $2::bigint * interval '1 microsecond')
-	    OR (state = 'failed' AND finished_at < now() - $3::bigint * interval '1 microsecond'))
-	ORDER BY finished_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
-RETURNING j.state`
 }
 
 // DeleteFinished deletes the finished jobs that r says have expired, in

@@ -127,9 +127,13 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	pool, err := env.connectWith(ctx, func(c *pgxpool.Config) {
-		// Every running job holds a connection (its claim transaction), plus
-		// room for the metrics scrape and failure bookkeeping.
-		if need := int32(o.concurrency*len(o.queues) + 2); c.MaxConns < need && !strings.Contains(c.ConnString(), "pool_max_conns") {
+		// What the workers need (queue.MinPoolConns: every running job holds
+		// its claim transaction's connection), plus one for the health check.
+		qs := map[string]queue.QueueConfig{}
+		for _, q := range o.queues {
+			qs[q] = queue.QueueConfig{MaxWorkers: o.concurrency}
+		}
+		if need := int32(queue.MinPoolConns(queue.Config{Queues: qs}) + 1); c.MaxConns < need && !strings.Contains(c.ConnString(), "pool_max_conns") {
 			c.MaxConns = need
 		}
 	})

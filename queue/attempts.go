@@ -1,0 +1,124 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// Attempt records (the attempts table, migration 0006). Before a batch's
+// handlers run, its attempts are recorded as started in a transaction of
+// their own; the claim transaction deletes the records as it records the
+// outcomes. A record whose job is pending and unlocked is an attempt that
+// began and recorded no outcome; claimRecovered finds it.
+//
+// When the worker survives the loss (a failed COMMIT, a lost connection), it
+// knows which attempt was at fault, or that a lone job's was, and records that
+// failure itself (afterLostTx). When its process died, every attempt it was
+// running is lost at once, and any of them may have killed it. Such a job
+// runs again as usual first (isolationRerun): a crash unrelated to it costs
+// nothing. Lost again, it runs with nothing else running in its client
+// (isolationAlone), and only a loss there is counted, as a failed attempt
+// (ErrAttemptLost) with backoff. So a job that kills its process fails after
+// MaxAttempts, at most three deaths per attempt, and the jobs that died with
+// it are never charged.
+
+// Isolation levels of an attempt record.
+const (
+	isolationNone  = 0 // ran as usual
+	isolationRerun = 1 // re-run after its attempt was lost
+	isolationAlone = 2 // re-run with nothing else running in its client
+)
+
+// nextIsolation is how a job claimed by claimRecovered runs, and whether its
+// lost attempt counts instead.
+func nextIsolation(la *lostAttempt, j *Job) (level int, count bool) {
+	if la == nil || la.attempt != j.Attempt {
+		return isolationNone, false // no record, or a stale one
+	}
+	if la.isolation >= isolationAlone {
+		return 0, true
+	}
+	return la.isolation + 1, false
+}
+
+// recordStarts records, on a pool connection and in its own transaction,
+// that the attempts of b's jobs started.
+func (c *Client) recordStarts(ctx context.Context, b *batch, level int) error {
+	ids := make([]int64, len(b.jobs))
+	attempts := make([]int32, len(b.jobs))
+	for i, cj := range b.jobs {
+		ids[i], attempts[i] = cj.job.ID, int32(cj.job.Attempt)
+	}
+	if _, err := c.pool.Exec(ctx, c.sql.recordStarts, ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level)); err != nil {
+		return fmt.Errorf("record attempt start: %w", err)
+	}
+	return nil
+}
+
+// forgetStarts deletes our records of jobs that never started (best effort:
+// a record left behind only makes the job run alone next time).
+func (c *Client) forgetStarts(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.pool.Exec(ctx, c.sql.forgetStarts, ids, c.id); err != nil {
+		c.log.Info("could not delete attempt records of jobs that did not start", zap.Error(err))
+	}
+}
+
+// lostError is the error recorded for an attempt that began and recorded no
+// outcome.
+func lostError(la *lostAttempt) error {
+	return fmt.Errorf("%w: attempt %d began (worker %s) with nothing else running in its worker and recorded no outcome: "+
+		"the worker process died or lost its claim transaction", ErrAttemptLost, la.attempt, la.clientID)
+}
+
+// countLost records the lost attempt of b's job (claimed by claimRecovered)
+// as failed, in b's transaction, and commits.
+func (c *Client) countLost(ctx context.Context, b *batch, l *queueLoop) {
+	j := &b.jobs[0].job
+	herr := lostError(b.lost)
+	res, err := c.recordFailure(ctx, b.tx, j, herr)
+	if err == nil {
+		err = b.tx.Commit(ctx)
+	}
+	b.release()
+	if err != nil {
+		l.log.Warn("could not record a lost attempt; trying again later", zap.Int64("job_id", j.ID), zap.Error(err))
+		return
+	}
+	c.report(l, attemptResult{job: j, err: herr, state: res.state, retryIn: res.retryIn})
+}
+
+// recordFailure applies the retry policy to a failed attempt of j and
+// records it in tx. state "" means the attempt was superseded (someone else
+// recorded it first).
+func (c *Client) recordFailure(ctx context.Context, tx pgx.Tx, j *Job, herr error) (failRecord, error) {
+	d := c.decide(j)
+	msg := truncateError(herr.Error(), c.cfg.MaxErrorBytes)
+	var r failRecord
+	var ms float64
+	var woke int64
+	err := tx.QueryRow(ctx, c.sql.fail, j.ID, int32(j.Attempt-1), msg, d.state,
+		float64(d.delay.Microseconds()), c.channel).Scan(&r.state, &ms, &woke)
+	if err == pgx.ErrNoRows {
+		return failRecord{}, nil
+	}
+	if err != nil {
+		return failRecord{}, fmt.Errorf("record failure: %w", err)
+	}
+	r.retryIn = time.Duration(ms * float64(time.Millisecond))
+	return r, nil
+}
+
+// failRecord is what recordFailure wrote.
+type failRecord struct {
+	state   string
+	retryIn time.Duration
+}

@@ -1,0 +1,297 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// batch is claimed jobs with their open claim transaction, on a connection
+// held from the pool until the transaction ends.
+type batch struct {
+	conn *pgxpool.Conn
+	tx   pgx.Tx
+	jobs []claimedJob
+	// lost is set on a job claimed by claimRecovered: its previous attempt
+	// began and recorded no outcome.
+	lost *lostAttempt
+
+	mu      sync.Mutex
+	next    int            // jobs[:next] were started or skipped
+	cancels map[int64]bool // to skip: cancelled through this client before they started
+	skipped map[int64]bool // cancels recorded by the batch's commit
+	done    chan struct{}  // closed when the batch has ended
+}
+
+type claimedJob struct {
+	job  Job
+	wait time.Duration // from due to claim
+}
+
+// lostAttempt is the record of an attempt that began and recorded no
+// outcome.
+type lostAttempt struct {
+	attempt   int    // the attempt number that began
+	isolation int    // how it ran: isolationNone, isolationRerun, isolationAlone
+	clientID  string // the client that ran it
+}
+
+// release ends the transaction (rolling back if still open) and returns the
+// connection to the pool, which discards it if it is not idle.
+func (b *batch) release() {
+	if b.conn == nil {
+		return
+	}
+	if b.conn.Conn().PgConn().TxStatus() != 'I' {
+		rollback(b.tx)
+	}
+	b.conn.Release()
+	b.conn = nil
+}
+
+// begin marks jobs[i] started unless it was cancelled; false means skip it.
+func (b *batch) begin(i int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.next = i + 1
+	return !b.cancels[b.jobs[i].job.ID]
+}
+
+// stop marks the batch as starting nothing more and returns the ids of the
+// jobs it did not start.
+func (b *batch) stop() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []int64
+	for _, cj := range b.jobs[b.next:] {
+		ids = append(ids, cj.job.ID)
+	}
+	b.next = len(b.jobs)
+	return ids
+}
+
+// requestCancel asks the batch to skip job id; false if it already started.
+func (b *batch) requestCancel(id int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := b.next; i < len(b.jobs); i++ {
+		if b.jobs[i].job.ID == id {
+			if b.cancels == nil {
+				b.cancels = map[int64]bool{}
+			}
+			b.cancels[id] = true
+			return true
+		}
+	}
+	return false
+}
+
+// cancelled lists the jobs the batch skipped because they were cancelled.
+func (b *batch) cancelled() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []int64
+	for _, cj := range b.jobs[:b.next] {
+		if b.cancels[cj.job.ID] {
+			ids = append(ids, cj.job.ID)
+		}
+	}
+	return ids
+}
+
+// wasCancelled reports whether the batch's commit recorded job id cancelled.
+func (b *batch) wasCancelled(id int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.skipped[id]
+}
+
+type batchKey struct{}
+
+// batchOf returns the batch whose handler ctx belongs to, if any.
+func batchOf(ctx context.Context) *batch {
+	b, _ := ctx.Value(batchKey{}).(*batch)
+	return b
+}
+
+// track registers the batch's jobs for Cancel.
+func (c *Client) track(b *batch) {
+	b.done = make(chan struct{})
+	for _, cj := range b.jobs {
+		c.claimed.Store(cj.job.ID, b)
+	}
+}
+
+// untrack ends the batch for Cancel.
+func (c *Client) untrack(b *batch) {
+	for _, cj := range b.jobs {
+		c.claimed.CompareAndDelete(cj.job.ID, b)
+	}
+	close(b.done)
+}
+
+// claimedBatch returns the running batch that holds job id, if any.
+func (c *Client) claimedBatch(id int64) *batch {
+	if v, ok := c.claimed.Load(id); ok {
+		return v.(*batch)
+	}
+	return nil
+}
+
+// claimCursor is the index position of the last job a worker claimed.
+type claimCursor struct {
+	priority int16
+	runAfter time.Time
+	id       int64
+}
+
+// headEvery is how many claims in a row may start after the cursor before
+// one starts at the head of the index again (to pick up jobs that sort
+// before it: a more urgent priority, a job released by a crashed worker).
+const headEvery = 16
+
+// scanClaimed reads claimCols (and, with lost, the attempt record's columns)
+// into b.jobs.
+func scanClaimed(b *batch, rows pgx.Rows, lost bool) error {
+	for rows.Next() {
+		var cj claimedJob
+		j := &cj.job
+		var prio int16
+		var attempts, maxAttempts int32
+		var waitSec float64
+		dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
+			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec}
+		var la lostAttempt
+		var laAttempt int32
+		var laIsolation int16
+		if lost {
+			dest = append(dest, &laAttempt, &laIsolation, &la.clientID)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
+		cj.wait = time.Duration(waitSec * float64(time.Second))
+		b.jobs = append(b.jobs, cj)
+		if lost {
+			la.attempt, la.isolation = int(laAttempt), int(laIsolation)
+			b.lost = &la
+		}
+	}
+	return rows.Err()
+}
+
+// beginClaim acquires a connection and queues BEGIN (and the idle-timeout
+// lift) in pb.
+func (c *Client) beginClaim(ctx context.Context) (*batch, *pgx.Batch, error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	pb := &pgx.Batch{}
+	pb.BeginTx(pgx.TxOptions{})
+	if c.claimIdleTimeout != "" {
+		pb.Queue(`SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1::text, true)`, c.claimIdleTimeout)
+	}
+	return &batch{conn: conn}, pb, nil
+}
+
+// send runs pb (BEGIN and the claim) on the batch's connection.
+func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
+	br := b.conn.Conn().SendBatch(ctx, pb)
+	b.tx = br.Tx()
+	if err := br.Close(); err != nil {
+		b.release()
+		return fmt.Errorf("claim: %w", err)
+	}
+	return nil
+}
+
+// claim begins a transaction and locks up to n due jobs of queue, in one
+// round trip; with a cursor, the scan starts after it (and falls back to the
+// head if nothing is there). With no job due it returns nil and the time of
+// the queue's earliest delayed job (zero if none).
+func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCursor) (*batch, time.Time, error) {
+	b, pb, err := c.beginClaim(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
+	alone := c.kinds.alone(c.cfg.BatchTarget)
+	switch {
+	case n <= 1:
+		pb.Queue(c.sql.claimOne, queue).Query(scan)
+	case after != nil:
+		pb.Queue(c.sql.claimAfter, queue, n, alone, after.priority, after.runAfter, after.id).Query(scan)
+	default:
+		pb.Queue(c.sql.claim, queue, n, alone).Query(scan)
+	}
+	if err := b.send(ctx, pb); err != nil {
+		return nil, time.Time{}, err
+	}
+	if len(b.jobs) == 0 && after != nil {
+		// Nothing after the cursor: look from the head before concluding
+		// that nothing is due.
+		rows, err := b.tx.Query(ctx, c.sql.claim, queue, n, alone)
+		if err == nil {
+			err = scan(rows)
+			rows.Close()
+		}
+		if err != nil {
+			b.release()
+			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+		}
+	}
+	if len(b.jobs) > 0 {
+		c.track(b)
+		return b, time.Time{}, nil
+	}
+	// Nothing due: end the transaction and ask for the earliest delayed job
+	// in one more round trip.
+	var ms *float64
+	nb := &pgx.Batch{}
+	nb.Queue(c.sql.next, queue).QueryRow(func(row pgx.Row) error { return row.Scan(&ms) })
+	nb.Queue("ROLLBACK")
+	err = b.conn.Conn().SendBatch(ctx, nb).Close()
+	b.release()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("find next delayed job: %w", err)
+	}
+	if ms == nil {
+		return nil, time.Time{}, nil
+	}
+	// Far-future jobs (up to year 9999 is allowed) overflow a Duration:
+	// clamp, the poll interval bounds the sleep anyway.
+	d := min(*ms, float64(maxHintDelay/time.Millisecond))
+	return nil, time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
+}
+
+// claimRecovered locks one pending job of queue whose attempt began and
+// recorded no outcome (its claim transaction is gone: no lock is held), nil
+// if there is none.
+func (c *Client) claimRecovered(ctx context.Context, queue string) (*batch, error) {
+	b, pb, err := c.beginClaim(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pb.Queue(c.sql.claimRecovered, queue).Query(func(rows pgx.Rows) error { return scanClaimed(b, rows, true) })
+	if err := b.send(ctx, pb); err != nil {
+		return nil, err
+	}
+	if len(b.jobs) == 0 {
+		b.release()
+		return nil, nil
+	}
+	c.track(b)
+	return b, nil
+}
+
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}

@@ -1,0 +1,278 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Claim error backoff of a dispatcher: doubling from the first to the last.
+const (
+	claimBackoffFirst = 100 * time.Millisecond
+	claimBackoffLast  = 5 * time.Second
+)
+
+// queueLoop claims and runs the jobs of one queue.
+type queueLoop struct {
+	c     *Client
+	queue string
+	slots chan struct{}
+	log   *zap.Logger
+
+	signal chan struct{} // coalesced wake-ups
+	mu     sync.Mutex
+	now    string    // source of a pending "look now" wake-up, "" if none
+	hintAt time.Time // earliest delayed job we heard of
+
+	// avgNanos is a moving average of handler run time, for the batch size.
+	avgNanos atomic.Int64
+
+	handlers sync.WaitGroup
+}
+
+func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
+	return &queueLoop{
+		c:      c,
+		queue:  queue,
+		slots:  make(chan struct{}, qc.MaxWorkers),
+		signal: make(chan struct{}, 1),
+		log:    c.log.Named("worker").With(zap.String("queue", queue)),
+	}
+}
+
+// wake asks the loop to look now (delay 0) or to look by now+delay.
+func (l *queueLoop) wake(source string, delay time.Duration) {
+	l.mu.Lock()
+	if delay <= 0 {
+		if l.now == "" || source == sourceResync || source == sourceReleased {
+			l.now = source
+		}
+	} else if at := time.Now().Add(delay); l.hintAt.IsZero() || at.Before(l.hintAt) {
+		l.hintAt = at
+	}
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+}
+
+// takeWake returns the pending look-now source ("" if none) and the earliest
+// delayed hint, clearing both.
+func (l *queueLoop) takeWake() (string, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src, at := l.now, l.hintAt
+	l.now, l.hintAt = "", time.Time{}
+	return src, at
+}
+
+// loopState is what the dispatcher carries from one turn to the next.
+type loopState struct {
+	source       string    // why the next look happens
+	nextAt       time.Time // earliest future run_after known
+	errBackoff   time.Duration
+	waiter       int          // waiter state as last written
+	cursor       *claimCursor // where the last claim ended, while a backlog lasts
+	sinceHead    int          // claims in a row that started at the cursor
+	lastRecovery time.Time    // last look for lost attempts
+}
+
+// dispatch is the loop: take a free slot, claim jobs, hand them to an
+// executor goroutine; when nothing is due, mark the queue as waited on and
+// sleep until a wake-up, the earliest known delayed job, or the poll
+// interval.
+func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
+	s := &loopState{source: sourceStart, errBackoff: claimBackoffFirst, waiter: waiterUnknown}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case l.slots <- struct{}{}:
+		}
+		b, next, err := l.claimNext(ctx, s)
+		if err != nil {
+			<-l.slots
+			if ctx.Err() != nil || !l.backOff(ctx, s, err) {
+				return
+			}
+			continue
+		}
+		s.errBackoff = claimBackoffFirst
+		if b != nil {
+			l.start(ctx, hardCtx, s, b)
+			continue
+		}
+		<-l.slots
+		s.nextAt = next
+		if idle, ok := l.goIdle(ctx, s); !ok {
+			return
+		} else if !idle {
+			continue
+		}
+		if !l.waitForWork(ctx, s) {
+			return
+		}
+	}
+}
+
+// claimNext claims what the loop should run next: a job whose attempt was
+// lost (looked for at start, after a resync or a release, and at least every
+// PollInterval), else a batch. With nothing due it returns the time of the
+// queue's earliest delayed job (zero if none).
+func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.Time, error) {
+	switch {
+	case s.source == sourceStart, s.source == sourceResync, s.source == sourceReleased,
+		s.source == sourcePoll, s.source == sourceRecovered, time.Since(s.lastRecovery) > l.c.cfg.PollInterval:
+		s.lastRecovery = time.Now()
+		b, err := l.c.claimRecovered(ctx, l.queue)
+		if err != nil || b != nil {
+			if b != nil {
+				s.source = sourceRecovered
+			}
+			return b, time.Time{}, err
+		}
+	}
+	// Batch when there is a backlog (the last look found work, or every
+	// slot is busy): one dispatcher claims for all slots, so one job per
+	// claim would cap throughput at one round trip per job. A fresh wake-up
+	// takes one job.
+	n := 1
+	if s.source == sourceBusy || len(l.slots) == cap(l.slots) {
+		n = l.batchSize()
+	}
+	var after *claimCursor
+	if s.source == sourceBusy && s.cursor != nil && s.sinceHead < headEvery {
+		after = s.cursor
+		s.sinceHead++
+	} else {
+		s.sinceHead = 0
+	}
+	b, next, err := l.c.claim(ctx, l.queue, n, after)
+	s.cursor = nil
+	if b != nil {
+		last := &b.jobs[len(b.jobs)-1].job
+		s.cursor = &claimCursor{priority: int16(last.Priority), runAfter: last.RunAfter, id: last.ID}
+	}
+	return b, next, err
+}
+
+// backOff logs a claim error and sleeps the growing claim backoff; false
+// means ctx is done.
+func (l *queueLoop) backOff(ctx context.Context, s *loopState, err error) bool {
+	l.log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", s.errBackoff))
+	l.c.metrics.claimErrors.WithLabelValues(l.queue).Inc()
+	s.waiter = waiterUnknown
+	if !sleep(ctx, s.errBackoff) {
+		return false
+	}
+	s.errBackoff = min(s.errBackoff*2, claimBackoffLast)
+	return true
+}
+
+// start hands a claimed batch to an executor goroutine that holds the slot
+// taken for it.
+func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) {
+	l.c.metrics.claims.WithLabelValues(l.queue, s.source).Add(float64(len(b.jobs)))
+	s.source = sourceBusy
+	l.handlers.Add(1)
+	go func() {
+		defer l.handlers.Done()
+		defer func() { <-l.slots }()
+		l.c.execute(hardCtx, b, l)
+	}()
+	if s.waiter != waiterBusy && len(l.slots) == cap(l.slots) {
+		// Saturated: every slot is busy, so producers need not wake us (we
+		// claim again as soon as a slot frees). Below saturation the idle
+		// mark stays: unmarking and re-marking around every job would cost
+		// four statements per job, and a mark that stayed up needs no
+		// barrier to sleep again.
+		if l.c.setWaiter(ctx, l.queue, false) == nil {
+			s.waiter = waiterBusy
+		} else {
+			s.waiter = waiterUnknown
+		}
+	}
+}
+
+// goIdle marks the loop idle and passes the idle barrier before it sleeps.
+// idle false means: look again now (the barrier passed, so a producer that
+// skipped its NOTIFY may have committed). ok false means ctx is done.
+func (l *queueLoop) goIdle(ctx context.Context, s *loopState) (idle, ok bool) {
+	if s.waiter == waiterBusy || s.waiter == waiterUnknown {
+		if err := l.c.setWaiter(ctx, l.queue, true); err != nil {
+			if ctx.Err() != nil {
+				return false, false
+			}
+			l.log.Warn("could not mark the queue as waited on", zap.Error(err))
+		} else {
+			s.waiter = waiterMarked
+		}
+	}
+	if s.waiter == waiterMarked {
+		passed, err := l.c.idleBarrier(ctx, l.queue)
+		if err != nil && ctx.Err() != nil {
+			return false, false
+		}
+		if passed {
+			s.waiter = waiterIdle
+			s.source = sourceBusy
+			return false, true
+		}
+	}
+	return true, true
+}
+
+// waitForWork sleeps until a wake-up, the earliest known delayed job, the
+// poll interval, or (while not past the idle barrier) markedRecheck, and
+// sets s.source to what ended the wait. false means ctx is done.
+func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
+	defer func() {
+		if s.source == sourceScheduled || s.source == sourcePoll || s.source == sourceRecheck {
+			s.nextAt = time.Time{}
+		}
+	}()
+	for {
+		src, hint := l.takeWake()
+		if !hint.IsZero() && (s.nextAt.IsZero() || hint.Before(s.nextAt)) {
+			s.nextAt = hint
+		}
+		if src != "" {
+			s.source = src
+			if src == sourceResync {
+				// The waiters table may have been emptied by a restart.
+				s.waiter = waiterUnknown
+			}
+			return true
+		}
+		wait, why := l.c.cfg.PollInterval, sourcePoll
+		if s.waiter != waiterIdle && wait > markedRecheck {
+			// Not known to be safe to sleep: producers may not notify.
+			wait, why = markedRecheck, sourceRecheck
+		}
+		if !s.nextAt.IsZero() {
+			if d := time.Until(s.nextAt); d < wait {
+				wait, why = d, sourceScheduled
+			}
+		}
+		if wait <= 0 {
+			s.source = why
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-l.signal:
+			t.Stop()
+			continue // look at what woke us
+		case <-t.C:
+			s.source = why
+			return true
+		}
+	}
+}

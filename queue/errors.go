@@ -1,0 +1,66 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrAlreadyRunning is returned by Run when the client is already running.
+var ErrAlreadyRunning = errors.New("queue: client is already running")
+
+// ErrNoQueues is returned by Run when Config.Queues is empty.
+var ErrNoQueues = errors.New("queue: no queues configured; set Config.Queues to run workers")
+
+// ErrNotFound is returned by Cancel and Retry when no job matches in the
+// required state.
+var ErrNotFound = errors.New("queue: no such job in a state that allows this")
+
+// ErrPoolTooSmall is matched (errors.Is) by the *PoolTooSmallError New
+// returns when the pool cannot hold the workers and pgwake's own connections.
+var ErrPoolTooSmall = errors.New("queue: pool too small for the workers")
+
+// PoolTooSmallError says how many connections the pool has and needs; see
+// MinPoolConns.
+type PoolTooSmallError struct {
+	MaxConns int // the pool's MaxConns
+	Need     int // MinPoolConns of the config
+}
+
+func (e *PoolTooSmallError) Error() string {
+	return fmt.Sprintf("queue: the pool has %d connections; the workers need at least %d "+
+		"(the sum of MaxWorkers, one per queue, plus one; see MinPoolConns): raise pool_max_conns, "+
+		"or set Config.AllowSmallPool to accept that the pool caps concurrency", e.MaxConns, e.Need)
+}
+
+// Is makes errors.Is(err, ErrPoolTooSmall) true.
+func (e *PoolTooSmallError) Is(target error) bool { return target == ErrPoolTooSmall }
+
+// ErrTxOwned is returned when a handler tries to Commit or Rollback the claim
+// transaction.
+var ErrTxOwned = errors.New("queue: the claim transaction belongs to pgwake; return from the handler instead of committing or rolling back")
+
+// ErrTxEnded fails an attempt whose handler ended the claim transaction
+// itself (a COMMIT or ROLLBACK sent as SQL). pgwake cannot tell which writes
+// of the batch committed, so no job of that batch is marked succeeded.
+var ErrTxEnded = errors.New("handler ended the claim transaction (COMMIT, ROLLBACK or END sent as SQL); the attempt failed and no job of its batch was marked succeeded")
+
+// ErrTxAborted fails an attempt whose handler returned nil although a
+// statement it ran in the claim transaction failed (leaving it aborted).
+var ErrTxAborted = errors.New("handler returned nil but a statement it ran in the claim transaction failed; its writes were rolled back")
+
+// ErrJobTimeout is wrapped by the error of an attempt that ran out of time.
+var ErrJobTimeout = errors.New("job timed out")
+
+// ErrAttemptLost is wrapped by the error recorded for an attempt that began
+// and never recorded an outcome: the worker process died, its connection was
+// lost or its claim transaction was ended (a failed COMMIT, a terminated
+// session). The attempt counts like any failure.
+var ErrAttemptLost = errors.New("attempt lost")
+
+// PanicError is the error of an attempt whose handler panicked.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v\n%s", e.Value, e.Stack) }

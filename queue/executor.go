@@ -1,0 +1,322 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+// The executor runs one claimed batch: record that its attempts started,
+// run each handler behind its own savepoint, classify each outcome in Go
+// (succeeded, failed: retry or fail for good by the retry policy), then
+// record them all and commit in one round trip. Whatever ends the claim
+// transaction early (a failed COMMIT, a lost connection, a handler that ends
+// it) leaves the attempt records behind; see attempts.go.
+
+// recordTimeout bounds the statements that record outcomes. They run on a
+// context of their own, so a shutdown that cancels handlers still records
+// what the handlers returned.
+const recordTimeout = 30 * time.Second
+
+// attemptResult is one attempt's outcome.
+type attemptResult struct {
+	job     *Job
+	dur     time.Duration
+	err     error         // nil: the handler succeeded
+	state   string        // after a recorded failure: pending or failed; "" superseded
+	retryIn time.Duration // after a recorded retry
+	outcome string        // metrics outcome, when not implied by err and state
+}
+
+// batchRun is what running a batch's handlers produced.
+type batchRun struct {
+	results []attemptResult // attempts whose outcome is in the claim transaction (or to be, for successes)
+	broken  error           // not nil: the claim transaction is gone
+	culprit *attemptResult  // the attempt that broke it, when known
+}
+
+// execute runs batch b to the end and returns its connection to the pool.
+func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
+	defer c.untrack(b)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	defer cancel()
+	level, count := nextIsolation(b.lost, &b.jobs[0].job)
+	if count {
+		b.stop()
+		c.countLost(rctx, b, l)
+		return
+	}
+	if level == isolationAlone {
+		c.exclusive.Lock() // waits for the client's other batches to end
+		defer c.exclusive.Unlock()
+	} else {
+		c.exclusive.RLock()
+		defer c.exclusive.RUnlock()
+	}
+	if err := c.recordStarts(rctx, b, level); err != nil {
+		b.stop()
+		b.release()
+		l.log.Warn("could not record that attempts started; the jobs stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
+		l.wake(sourceReleased, claimBackoffFirst)
+		return
+	}
+	run := c.runJobs(hardCtx, rctx, b, l)
+	unstarted := b.stop()
+	if run.broken == nil {
+		err := c.complete(rctx, b, &run)
+		if err == nil {
+			for _, r := range run.results {
+				c.report(l, r)
+			}
+			if len(unstarted) > 0 {
+				l.wake(sourceBusy, 0) // released by the commit: claim them again now
+			}
+			return
+		}
+		run.broken = fmt.Errorf("commit failed: %w", err)
+	}
+	b.release()
+	c.afterLostTx(rctx, l, run, unstarted)
+}
+
+// runJobs runs b's handlers one after another until the batch has run for
+// cutAfter, the hard context ends, or the claim transaction breaks.
+func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop) batchRun {
+	var run batchRun
+	hctx := context.WithValue(hardCtx, batchKey{}, b)
+	start := time.Now()
+	for i := range b.jobs {
+		if i > 0 && (time.Since(start) >= c.cutAfter() || hardCtx.Err() != nil) {
+			break
+		}
+		if !b.begin(i) {
+			continue // cancelled before it started
+		}
+		cj := &b.jobs[i]
+		j := &cj.job
+		c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
+		jtx := &jobTx{tx: b.tx, batch: b}
+		t0 := time.Now()
+		herr := c.runHandler(hctx, jtx, j)
+		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
+		l.observe(j.Kind, r.dur)
+		switch b.conn.Conn().PgConn().TxStatus() {
+		case 'I':
+			r.err = ErrTxEnded
+			if herr != nil {
+				r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
+			}
+			run.broken, run.culprit = ErrTxEnded, &r
+			return run
+		case 'E':
+			if herr == nil {
+				// The handler swallowed a database error: its writes did
+				// not happen, so the attempt failed.
+				r.err = ErrTxAborted
+			}
+		}
+		if r.err != nil {
+			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
+				run.broken, run.culprit = err, &r
+				return run
+			}
+		}
+		run.results = append(run.results, r)
+	}
+	return run
+}
+
+// failInTx rolls back the handler's writes (if it made any) and records the
+// failed attempt in the claim transaction, which keeps the job locked.
+func (c *Client) failInTx(ctx context.Context, tx pgx.Tx, savepoint bool, r *attemptResult) error {
+	if savepoint {
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+jobSavepoint); err != nil {
+			return err
+		}
+	}
+	rec, err := c.recordFailure(ctx, tx, r.job, r.err)
+	r.state, r.retryIn = rec.state, rec.retryIn
+	return err
+}
+
+// complete records cancels and successes in the claim transaction, deletes
+// the batch's attempt records and commits, in one round trip, then returns
+// the connection to the pool.
+func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
+	defer b.release()
+	var succeeded []int64
+	for _, r := range run.results {
+		if r.err == nil {
+			succeeded = append(succeeded, r.job.ID)
+		}
+	}
+	all := make([]int64, len(b.jobs))
+	for i, cj := range b.jobs {
+		all[i] = cj.job.ID
+	}
+	pb := &pgx.Batch{}
+	skipped := map[int64]bool{}
+	if ids := b.cancelled(); len(ids) > 0 {
+		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
+	}
+	marked := map[int64]bool{}
+	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
+	var tag pgconn.CommandTag
+	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {
+		return err
+	}
+	// A COMMIT of an aborted transaction answers ROLLBACK without an error.
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("the transaction was aborted (server answered %q)", tag.String())
+	}
+	b.mu.Lock()
+	b.skipped = skipped
+	b.mu.Unlock()
+	for i := range run.results {
+		if r := &run.results[i]; r.err == nil && !marked[r.job.ID] {
+			r.outcome = outcomeCancelled // its handler (or a neighbour's) cancelled it
+		}
+	}
+	return nil
+}
+
+func collectIDs(rows pgx.Rows, into map[int64]bool) error {
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		into[id] = true
+	}
+	return rows.Err()
+}
+
+// afterLostTx handles a claim transaction that ended without recording its
+// outcomes. The attempt that broke it, or the only attempt that ran, is
+// recorded as failed in a transaction of its own. When several ran and none
+// is known to be at fault, their attempt records stay behind and each job
+// runs again alone (claimRecovered), so only the culprit's attempt counts.
+func (c *Client) afterLostTx(ctx context.Context, l *queueLoop, run batchRun, unstarted []int64) {
+	c.forgetStarts(unstarted)
+	blame := run.culprit
+	others := run.results
+	if blame == nil && len(run.results) == 1 {
+		r := run.results[0]
+		if r.err == nil {
+			r.err = run.broken
+		} else {
+			r.err = fmt.Errorf("%w (the attempt had failed: %w)", run.broken, r.err)
+		}
+		blame, others = &r, nil
+	}
+	for _, r := range others {
+		r.outcome = outcomeCommitError
+		c.report(l, r)
+	}
+	l.log.Warn("claim transaction lost; its jobs will run again, each alone, unless one is known to be at fault",
+		zap.Error(run.broken), zap.Int("ran", len(run.results)), zap.Int("not_started", len(unstarted)))
+	if blame != nil {
+		c.failAlone(ctx, l, *blame)
+	}
+	l.wake(sourceReleased, 0)
+}
+
+// failAlone records a failed attempt in a transaction of its own, after its
+// claim transaction was lost. The row lock waits for anyone who claimed the
+// job meanwhile; the attempts check drops our record if they moved on.
+func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		rec, err := c.recordFailure(ctx, tx, r.job, r.err)
+		r.state, r.retryIn = rec.state, rec.retryIn
+		return err
+	})
+	if err != nil {
+		l.log.Error("could not record a failed attempt; it counts when the job is recovered", zap.Int64("job_id", r.job.ID),
+			zap.String("kind", r.job.Kind), zap.Int("attempt", r.job.Attempt), zap.Error(err), zap.NamedError("job_error", r.err))
+		r.outcome = outcomeCommitError
+	}
+	c.report(l, r)
+}
+
+// report logs an attempt's outcome and counts it in the metrics.
+func (c *Client) report(l *queueLoop, r attemptResult) {
+	j := r.job
+	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("queue", j.Queue), zap.String("kind", j.Kind),
+		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)}
+	switch {
+	case r.outcome != "":
+		c.metrics.observe(j, r.outcome, r.dur)
+		if r.err != nil {
+			fields = append(fields, zap.Error(r.err))
+		}
+		l.log.Info("attempt ended: "+r.outcome, fields...)
+	case r.err == nil:
+		c.metrics.observe(j, outcomeSucceeded, r.dur)
+		if ce := l.log.Check(zap.DebugLevel, "job succeeded"); ce != nil {
+			ce.Write(fields...)
+		}
+	case r.state == StateFailed:
+		c.metrics.observe(j, outcomeFailed, r.dur)
+		l.log.Warn("job failed for good", append(fields, zap.Error(r.err))...)
+	case r.state == StatePending:
+		c.metrics.observe(j, outcomeRetry, r.dur)
+		l.log.Info("job attempt failed, retry scheduled", append(fields, zap.Error(r.err), zap.Duration("retry_in", r.retryIn))...)
+		l.wake(sourceScheduled, max(r.retryIn, time.Millisecond))
+	default:
+		// Someone else recorded this attempt first (the job was recovered
+		// after our connection dropped); nothing to do.
+		l.log.Info("failed attempt was already superseded", append(fields, zap.Error(r.err))...)
+	}
+}
+
+func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err error) {
+	h, ok := c.cfg.Handlers[j.Kind]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownKind, j.Kind)
+	}
+	ctx := hardCtx
+	var cancel context.CancelFunc = func() {}
+	timeout := c.cfg.timeout(j.Kind)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(hardCtx, timeout, fmt.Errorf("%w after %s", ErrJobTimeout, timeout))
+	}
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	err = h.Handle(ctx, tx, j)
+	if err == nil && ctx.Err() != nil {
+		// The handler ignored its deadline; its statements may not have run.
+		err = context.Cause(ctx)
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrJobTimeout) && !errors.Is(err, ErrJobTimeout) {
+		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return err
+}
+
+// truncateError cuts s to at most n bytes of valid UTF-8 without NUL bytes
+// (PostgreSQL text cannot hold them), marking the cut.
+func truncateError(s string, n int) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\\0"), "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	const mark = " ...[truncated]"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}

@@ -1,0 +1,274 @@
+package queue
+
+import "github.com/pgwake/pgwake/internal/sqlident"
+
+// statements is every statement the queue sends against pgwake's tables,
+// with the schema quoted in: the one place their SQL lives. Each is written
+// with exact argument types (float8 * interval, numeric * numeric, text ||
+// text), so no function or operator a role creates on the search path can
+// match better than the built-in one.
+type statements struct {
+	// enqueue inserts the jobs of unnest($1..$8), their events and one
+	// wake-up per queue a worker waits on ($9: the channel). Rows: id,
+	// unique_key, wake count; a unique key held by an unfinished job returns
+	// no row for that input.
+	enqueue string
+	// enqueueOne is enqueue for one job without arrays: $1 queue, $2 kind,
+	// $3 payload, $4 priority, $5 run_after, $6 delay µs, $7 max attempts,
+	// $8 unique key, $9 channel.
+	enqueueOne string
+	// claim locks up to $2 due jobs of queue $1 that have no attempt record
+	// ($3: kinds that run alone). Rows: claimCols.
+	claim string
+	// claimAfter is claim starting after ($4 priority, $5 run_after, $6 id).
+	claimAfter string
+	// claimOne locks the head due job of queue $1 (no batching). Rows: claimCols.
+	claimOne string
+	// claimRecovered locks one pending job of queue $1 whose attempt started
+	// and recorded no outcome. Rows: claimCols, then the attempt record's
+	// attempt, isolation and client_id.
+	claimRecovered string
+	// next is the milliseconds until the queue $1's earliest future job.
+	next string
+	// recordStarts records that attempts of jobs $1 (attempt numbers $3) of
+	// queue $2 started in a batch of $4, by client $5, at isolation level $6.
+	recordStarts string
+	// forgetStarts deletes client $2's attempt records of jobs $1, for jobs
+	// that never started after all.
+	forgetStarts string
+	// succeed marks jobs $1 succeeded (those still pending) and deletes the
+	// attempt records of jobs $2. Rows: the ids it marked.
+	succeed string
+	// fail records a failed attempt of job $1 (attempts $2 at claim): error
+	// $3, new state $4 ('pending' or 'failed'), retry after $5 µs, channel $6.
+	// Rows: state, ms until the retry, wake count; none when superseded.
+	fail string
+	// cancel marks pending jobs $1 cancelled. Rows: the ids it cancelled.
+	cancel string
+	// retry puts failed job $1 back to pending ($2: channel).
+	retry string
+
+	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
+	idleBarrier                                                  string
+	uniqueHolders                                                string
+	deleteFinished                                               string
+}
+
+// claimCols are the columns every claim returns, in claimedJob's scan order.
+const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.run_after, j.created_at,
+	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
+	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8`
+
+func newStatements(schema string) statements {
+	jobs := sqlident.Quote(schema, "jobs")
+	events := sqlident.Quote(schema, "events")
+	waiters := sqlident.Quote(schema, "waiters")
+	attempts := sqlident.Quote(schema, "attempts")
+	wakeNeeded := sqlident.Quote(schema, "wake_needed")
+	// The wake payload: the queue, plus "|<ms>" when its earliest new job is
+	// that far in the future (parsed by parseWake).
+	enqueueTail := `
+	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
+	RETURNING id, queue, kind, run_after, unique_key
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, 'enqueued', queue, kind, 0, jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
+), wake AS (
+	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
+		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000::numeric)::bigint::text
+		ELSE '' END)
+	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
+)
+SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
+	return statements{
+		enqueue: `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::float8[], $7::int[], $8::text[])
+		WITH ORDINALITY AS t(queue, kind, payload, priority, run_after, delay_us, max_attempts, unique_key, ord)
+), ins AS (
+	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
+	SELECT queue, kind, payload, priority, coalesce(run_after, now() + delay_us * interval '1 microsecond'), max_attempts, unique_key
+	FROM input ORDER BY ord` + enqueueTail,
+
+		enqueueOne: `
+WITH ins AS (
+	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
+	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::float8 * interval '1 microsecond'), $7, $8)` + enqueueTail,
+
+		claim:      claimBatchSQL(jobs, attempts, ""),
+		claimAfter: claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($4::smallint, $5::timestamptz, $6::bigint)"),
+		claimOne: `
+SELECT ` + claimCols + ` FROM ` + jobs + ` j
+WHERE ` + claimableSQL(attempts) + `
+ORDER BY j.priority, j.run_after, j.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED`,
+		claimRecovered: `
+SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
+FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
+WHERE a.queue = $1 AND j.queue = $1 AND j.state = 'pending'
+ORDER BY a.started_at
+LIMIT 1
+FOR UPDATE OF j SKIP LOCKED`,
+
+		// The claim index is ordered by priority first, so walk the queue's
+		// distinct priorities (one index probe each) and take the earliest
+		// future run_after of each: a few probes instead of a second index
+		// on every enqueue.
+		next: `
+WITH RECURSIVE p(priority) AS (
+	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM ` + jobs + ` j
+		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
+	FROM p WHERE p.priority IS NOT NULL
+)
+SELECT extract(epoch FROM min((
+	SELECT j.run_after FROM ` + jobs + ` j
+	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
+	ORDER BY j.run_after LIMIT 1)) - clock_timestamp())::float8 * 1000::float8
+FROM p WHERE p.priority IS NOT NULL`,
+
+		recordStarts: `
+INSERT INTO ` + attempts + ` (job_id, queue, attempt, batch, client_id, isolation)
+SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM unnest($1::bigint[], $3::int[]) AS t(id, attempt)
+ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, batch = EXCLUDED.batch,
+	client_id = EXCLUDED.client_id, isolation = EXCLUDED.isolation, started_at = EXCLUDED.started_at`,
+		forgetStarts: `DELETE FROM ` + attempts + ` WHERE job_id = ANY($1::bigint[]) AND client_id = $2::text`,
+
+		succeed: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'succeeded', attempts = attempts + 1, finished_at = clock_timestamp()
+	WHERE id = ANY($1::bigint[]) AND state = 'pending'
+	RETURNING id, queue, kind, attempts
+), a AS (
+	DELETE FROM ` + attempts + ` WHERE job_id = ANY($2::bigint[])
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
+	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
+)
+SELECT id FROM j`,
+
+		fail: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET
+		attempts = attempts + 1,
+		last_error = $3::text,
+		state = $4::text,
+		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
+		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END
+	WHERE id = $1 AND attempts = $2 AND state = 'pending'
+	RETURNING id, queue, kind, attempts, state, run_after
+), a AS (
+	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
+		CASE WHEN state = 'failed' THEN jsonb_build_object('error', $3::text)
+		ELSE jsonb_build_object('error', $3::text, 'run_after', run_after) END
+	FROM j
+), wake AS (
+	SELECT pg_notify($6, queue || '|' || ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
+	FROM j WHERE state = 'pending'
+)
+SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
+
+		cancel: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp()
+	WHERE id = ANY($1::bigint[]) AND state = 'pending'
+	RETURNING id, queue, kind, attempts
+), a AS (
+	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
+	SELECT id, 'cancelled', queue, kind, attempts FROM j ORDER BY id
+)
+SELECT id FROM j`,
+
+		retry: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,
+		max_attempts = greatest(max_attempts, attempts + 1)
+	WHERE id = $1 AND state = 'failed'
+	RETURNING id, queue, kind, attempts, run_after
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, 'retried', queue, kind, attempts, jsonb_build_object('run_after', run_after) FROM j
+), wake AS (
+	SELECT pg_notify($2, queue) FROM j
+)
+SELECT id, (SELECT count(*) FROM wake) FROM j`,
+
+		setWaiter: `INSERT INTO ` + waiters + ` (queue, client_id, idle) VALUES ($1, $2, $3)
+ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`,
+		// A missing row (crash recovery empties the unlogged table) comes
+		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
+		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
+ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
+		dropWaiters:  `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
+		pruneWaiters: `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
+		// Attempt records whose job finished some other way (cancelled by
+		// an operator after its worker died, deleted by hand).
+		pruneStarts: `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
+	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND j.state = 'pending')`,
+		// Tried, never waited for: a waiting exclusive request would stall
+		// every producer behind it.
+		idleBarrier:    `SELECT pg_catalog.pg_try_advisory_xact_lock(` + sqlident.Quote(schema, "wake_lock_key") + `($1::text))`,
+		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state = 'pending'`,
+		deleteFinished: deleteFinishedSQL(jobs),
+	}
+}
+
+// claimableSQL is the condition every normal claim puts on a job: pending,
+// due, and no attempt record (a job with one is claimed by claimRecovered).
+func claimableSQL(attempts string) string {
+	return `j.state = 'pending' AND j.queue = $1 AND j.run_after <= now()
+	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id)`
+}
+
+// claimBatchSQL claims the head job and, unless its kind is one of $3 (kinds
+// that run alone: slow or not yet measured), up to $2 - 1 more jobs of kinds
+// not in $3, after the cursor condition after. So a slow job never holds
+// others of its batch.
+func claimBatchSQL(jobs, attempts, after string) string {
+	return `
+WITH head AS (
+	SELECT j.id, j.kind FROM ` + jobs + ` j
+	WHERE ` + claimableSQL(attempts) + ` ` + after + `
+	ORDER BY j.priority, j.run_after, j.id
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED
+), rest AS (
+	SELECT j.id FROM ` + jobs + ` j
+	WHERE ` + claimableSQL(attempts) + ` ` + after + `
+	  AND j.kind <> ALL($3::text[])
+	  AND j.id NOT IN (SELECT id FROM head)
+	  AND EXISTS (SELECT 1 FROM head WHERE head.kind <> ALL($3::text[]))
+	ORDER BY j.priority, j.run_after, j.id
+	LIMIT $2::int - 1
+	FOR UPDATE SKIP LOCKED
+)
+SELECT ` + claimCols + ` FROM ` + jobs + ` j
+WHERE j.id IN (SELECT id FROM head UNION ALL SELECT id FROM rest)
+ORDER BY j.priority, j.run_after, j.id`
+}
+
+func deleteFinishedSQL(jobs string) string {
+	// The range scan on jobs_finished_idx stops at the oldest cutoff; the
+	// per-state cutoffs filter within it. SKIP LOCKED: a job that Retry is
+	// putting back to pending right now is not waited for.
+	return `
+WITH expired AS (
+	SELECT id FROM ` + jobs + `
+	WHERE finished_at < now() - least($1::float8, $2::float8, $3::float8) * interval '1 microsecond'
+	  AND ((state = 'succeeded' AND finished_at < now() - $1::float8 * interval '1 microsecond')
+	    OR (state = 'cancelled' AND finished_at < now() - $2::float8 * interval '1 microsecond')
+	    OR (state = 'failed' AND finished_at < now() - $3::float8 * interval '1 microsecond'))
+	ORDER BY finished_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
+RETURNING j.state`
+}
