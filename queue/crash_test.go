@@ -43,7 +43,7 @@ func helperMain() int {
 		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
 		PollInterval: 100 * time.Millisecond,
 		Backoff:      func(int) time.Duration { return 20 * time.Millisecond },
-		Handlers:     map[string]queue.Handler{"effect": effectHandler(schema, hold), },
+		Handlers:     map[string]queue.Handler{"effect": effectHandler(schema, hold)},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -50,12 +50,7 @@ func ExampleClient_EnqueueTx() {
 func ExampleClient_Run() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
-	client, err := queue.New(pool, queue.Config{
+	cfg := queue.Config{
 		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
 		Handlers: map[string]queue.Handler{
 			"send_receipt": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
@@ -64,11 +59,35 @@ func ExampleClient_Run() {
 			}),
 		},
 		KindTimeouts: map[string]time.Duration{"send_receipt": 30 * time.Second},
-	})
+	}
+	// Every running job holds a connection: size the pool for the workers
+	// (queue.New refuses fewer), plus room for the application.
+	pcfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	pcfg.MaxConns = int32(queue.MinPoolConns(cfg) + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, cfg)
 	if err != nil {
 		panic(err)
 	}
 	if err := client.Run(ctx); err != nil { // returns after a graceful drain
 		fmt.Println(err)
 	}
+}
+
+// Size a pool for the workers: one connection per worker slot, one per
+// queue, one for pgwake's bookkeeping.
+func ExampleMinPoolConns() {
+	cfg := queue.Config{Queues: map[string]queue.QueueConfig{
+		"default":  {MaxWorkers: 10},
+		"critical": {MaxWorkers: 4},
+	}}
+	fmt.Println(queue.MinPoolConns(cfg))
+	// Output: 17
 }

@@ -65,7 +65,8 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		b.stop()
 		b.release()
 		l.log.Warn("could not record that attempts started; the jobs stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
-		l.wake(sourceReleased, claimBackoffFirst)
+		// The record may have committed with its answer lost: look for it.
+		time.AfterFunc(claimBackoffFirst, func() { l.wake(sourceReleased, 0) })
 		return
 	}
 	run := c.runJobs(hardCtx, rctx, b, l)
@@ -228,6 +229,9 @@ func (c *Client) afterLostTx(ctx context.Context, l *queueLoop, run batchRun, un
 		c.failAlone(ctx, l, *blame)
 	}
 	l.wake(sourceReleased, 0)
+	// The server may not have ended the lost transaction yet (its locks
+	// hide the jobs from the recovery claim): look again in a second.
+	time.AfterFunc(time.Second, func() { l.wake(sourceReleased, 0) })
 }
 
 // failAlone records a failed attempt in a transaction of its own, after its
@@ -250,8 +254,8 @@ func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
 // report logs an attempt's outcome and counts it in the metrics.
 func (c *Client) report(l *queueLoop, r attemptResult) {
 	j := r.job
-	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("queue", j.Queue), zap.String("kind", j.Kind),
-		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)}
+	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("kind", j.Kind),
+		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)} // l.log has the queue
 	switch {
 	case r.outcome != "":
 		c.metrics.observe(j, r.outcome, r.dur)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/notify"
@@ -96,6 +98,7 @@ func (c *Client) heartbeat(ctx context.Context) {
 		queues = append(queues, q)
 	}
 	every(ctx, heartbeatEvery, func() {
+		c.wakeForLost(ctx)
 		for _, st := range []struct {
 			what string
 			sql  string
@@ -110,6 +113,30 @@ func (c *Client) heartbeat(ctx context.Context) {
 			}
 		}
 	})
+}
+
+// wakeForLost sends every loop whose queue has attempt records older than
+// a few seconds to look for lost attempts: a release signal can be missed
+// (the database was down when the loop looked, or the dead claim's backend
+// still held its locks), and a sleeping loop would not look again for a
+// PollInterval.
+func (c *Client) wakeForLost(ctx context.Context) {
+	rows, err := c.pool.Query(ctx, c.sql.lostQueues)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("looking for lost attempts failed", zap.Error(err))
+		}
+		return
+	}
+	queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, q := range queues {
+		if l, ok := c.loops[q]; ok {
+			l.wake(sourceReleased, 0)
+		}
+	}
 }
 
 // every calls f every d (first after d) until ctx is done.

@@ -48,6 +48,10 @@ type statements struct {
 	// retry puts failed job $1 back to pending ($2: channel).
 	retry string
 
+	// lostQueues lists the queues with attempt records older than a few
+	// seconds (lost, or of long-running attempts).
+	lostQueues string
+
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
 	idleBarrier                                                  string
 	uniqueHolders                                                string
@@ -72,10 +76,10 @@ func newStatements(schema string) statements {
 	RETURNING id, queue, kind, run_after, unique_key
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'enqueued', queue, kind, 0, jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
+	SELECT id, 'enqueued', queue, kind, 0, pg_catalog.jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
 ), wake AS (
-	SELECT pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
-		THEN '|' || ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000::numeric)::bigint::text
+	SELECT pg_catalog.pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
+		THEN '|' || pg_catalog.ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000::numeric)::bigint::text
 		ELSE '' END)
 	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
 )
@@ -83,7 +87,9 @@ SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
 	return statements{
 		enqueue: `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[], $6::float8[], $7::int[], $8::text[])
+	SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::jsonb[]),
+		pg_catalog.unnest($4::smallint[]), pg_catalog.unnest($5::timestamptz[]), pg_catalog.unnest($6::float8[]),
+		pg_catalog.unnest($7::int[]), pg_catalog.unnest($8::text[]))
 		WITH ORDINALITY AS t(queue, kind, payload, priority, run_after, delay_us, max_attempts, unique_key, ord)
 ), ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
@@ -131,7 +137,7 @@ FROM p WHERE p.priority IS NOT NULL`,
 
 		recordStarts: `
 INSERT INTO ` + attempts + ` (job_id, queue, attempt, batch, client_id, isolation)
-SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM unnest($1::bigint[], $3::int[]) AS t(id, attempt)
+SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($3::int[])) AS t(id, attempt)
 ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, batch = EXCLUDED.batch,
 	client_id = EXCLUDED.client_id, isolation = EXCLUDED.isolation, started_at = EXCLUDED.started_at`,
 		forgetStarts: `DELETE FROM ` + attempts + ` WHERE job_id = ANY($1::bigint[]) AND client_id = $2::text`,
@@ -164,11 +170,11 @@ WITH j AS (
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
 	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
-		CASE WHEN state = 'failed' THEN jsonb_build_object('error', $3::text)
-		ELSE jsonb_build_object('error', $3::text, 'run_after', run_after) END
+		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
+		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
 	FROM j
 ), wake AS (
-	SELECT pg_notify($6, queue || '|' || ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
+	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
 	FROM j WHERE state = 'pending'
 )
 SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
@@ -194,9 +200,9 @@ WITH j AS (
 	RETURNING id, queue, kind, attempts, run_after
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'retried', queue, kind, attempts, jsonb_build_object('run_after', run_after) FROM j
+	SELECT id, 'retried', queue, kind, attempts, pg_catalog.jsonb_build_object('run_after', run_after) FROM j
 ), wake AS (
-	SELECT pg_notify($2, queue) FROM j
+	SELECT pg_catalog.pg_notify($2, queue) FROM j
 )
 SELECT id, (SELECT count(*) FROM wake) FROM j`,
 
@@ -204,12 +210,13 @@ SELECT id, (SELECT count(*) FROM wake) FROM j`,
 ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`,
 		// A missing row (crash recovery empties the unlogged table) comes
 		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
-		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT unnest($1::text[]), $2
+		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT pg_catalog.unnest($1::text[]), $2
 ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
 		dropWaiters:  `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
 		pruneWaiters: `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
 		// Attempt records whose job finished some other way (cancelled by
 		// an operator after its worker died, deleted by hand).
+		lostQueues: `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`,
 		pruneStarts: `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
 	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND j.state = 'pending')`,
 		// Tried, never waited for: a waiting exclusive request would stall

@@ -383,7 +383,7 @@ func TestMetricsReferenceMatchesCode(t *testing.T) {
 	require.Empty(t, missing, "metrics defined in code but missing from docs/metrics.md")
 
 	// Every claim source (the "source" label) is explained.
-	src, err := os.ReadFile(filepath.Join(repoRoot, "queue/worker.go"))
+	src, err := os.ReadFile(filepath.Join(repoRoot, "queue/wake.go"))
 	require.NoError(t, err)
 	sources := regexp.MustCompile(`(?m)^\s*source[A-Z]\w*\s*=\s*"(\w+)"`).FindAllStringSubmatch(string(src), -1)
 	require.NotEmpty(t, sources)

@@ -1,0 +1,207 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// hostileOverloads are functions and operators in public that would be a
+// better match than the built-in for a loosely typed call (an integer
+// literal where the built-in takes bigint, bigint * interval, numeric *
+// integer, text || bigint, a polymorphic function). Each records that it ran.
+var hostileOverloads = []string{
+	`CREATE FUNCTION public.hashtextextended(text, integer) RETURNS bigint LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('hashtextextended(text, integer)');
+		SELECT pg_catalog.hashtextextended($1, $2::bigint) $$`,
+	`CREATE FUNCTION public.evil_mul(bigint, interval) RETURNS interval LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('bigint * interval');
+		SELECT $1::float8 OPERATOR(pg_catalog.*) $2 $$`,
+	`CREATE OPERATOR public.* (LEFTARG = bigint, RIGHTARG = interval, FUNCTION = public.evil_mul)`,
+	`CREATE FUNCTION public.evil_mul(integer, interval) RETURNS interval LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('integer * interval');
+		SELECT $1::float8 OPERATOR(pg_catalog.*) $2 $$`,
+	`CREATE OPERATOR public.* (LEFTARG = integer, RIGHTARG = interval, FUNCTION = public.evil_mul)`,
+	`CREATE FUNCTION public.evil_mul(numeric, integer) RETURNS numeric LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('numeric * integer');
+		SELECT $1 OPERATOR(pg_catalog.*) $2::numeric $$`,
+	`CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.evil_mul)`,
+	`CREATE FUNCTION public.evil_cat(text, bigint) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('text || bigint');
+		SELECT $1 OPERATOR(pg_catalog.||) $2::text $$`,
+	`CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = bigint, FUNCTION = public.evil_cat)`,
+	`CREATE FUNCTION public.jsonb_build_object(text, timestamptz) RETURNS jsonb LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('jsonb_build_object(text, timestamptz)');
+		SELECT pg_catalog.jsonb_build_object($1, $2) $$`,
+	`CREATE FUNCTION public.jsonb_build_object(text, text) RETURNS jsonb LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('jsonb_build_object(text, text)');
+		SELECT pg_catalog.jsonb_build_object($1, $2) $$`,
+	`CREATE FUNCTION public.unnest(bigint[]) RETURNS SETOF bigint LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('unnest(bigint[])');
+		SELECT pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('unnest(text[])');
+		SELECT pg_catalog.unnest($1) $$`,
+}
+
+// TestHostileSearchPathOverloadsNeverRun: with CREATE on public granted to
+// PUBLIC (the default before PostgreSQL 15), a role defines overloads that
+// would capture loosely typed calls. Migrate, enqueue (one job, many, with a
+// delay, a unique key), a worker (claims, a failure and its retry, idle and
+// its barrier), cancel, retry and retention never run any of them.
+func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := fmt.Sprintf("hostile_%08x", rand.Uint32())
+	_, err := pgtest.Pool(t).Exec(ctx, `CREATE DATABASE `+db)
+	require.NoError(t, err)
+	u, err := url.Parse(pgtest.URL())
+	require.NoError(t, err)
+	u.Path = "/" + db
+	pool := pgtest.PoolOn(t, u.String(), func(c *pgxpool.Config) { c.MaxConns = 16 })
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pgtest.Pool(t).Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`)
+	})
+	_, err = pool.Exec(ctx, `GRANT CREATE ON SCHEMA public TO PUBLIC;
+		CREATE TABLE public.pwned (what text NOT NULL, by_role text NOT NULL DEFAULT current_user);
+		GRANT INSERT, SELECT ON public.pwned TO PUBLIC`)
+	require.NoError(t, err)
+	for _, sql := range hostileOverloads {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	pwned := func() []string {
+		rows, err := pool.Query(ctx, `SELECT what || ' as ' || by_role FROM public.pwned`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	// The trap works: loosely typed calls do run the hostile code.
+	_, err = pool.Exec(ctx, `SELECT 2::bigint * interval '1 second', hashtextextended('x', 0), 'a' || 1::bigint`)
+	require.NoError(t, err)
+	require.Len(t, pwned(), 3)
+	_, err = pool.Exec(ctx, `TRUNCATE public.pwned`)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, pool, "")
+	require.NoError(t, err)
+	done := make(chan int64, 100)
+	c, err := queue.New(pool, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		Backoff:      func(int) time.Duration { return 10 * time.Millisecond },
+		PollInterval: 100 * time.Millisecond,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if j.Attempt == 1 && j.UniqueKey == "fail-once" {
+				return fmt.Errorf("first attempt fails")
+			}
+			done <- j.ID
+			return nil
+		})},
+	})
+	require.NoError(t, err)
+	stop := pgtest.RunInBackground(t, "hostile worker", c.Run)
+	defer stop()
+	time.Sleep(300 * time.Millisecond) // the worker marks itself idle and passes its barrier
+	r1, err := c.Enqueue(ctx, queue.NewJob{Kind: "k", UniqueKey: "fail-once"})
+	require.NoError(t, err)
+	res, err := c.EnqueueMany(ctx, []queue.NewJob{{Kind: "k"}, {Kind: "k", Delay: 50 * time.Millisecond}, {Kind: "k", UniqueKey: "u2"}})
+	require.NoError(t, err)
+	want := map[int64]bool{r1.ID: true}
+	for _, r := range res {
+		want[r.ID] = true
+	}
+	deadline := time.After(30 * time.Second)
+	for len(want) > 0 {
+		select {
+		case id := <-done:
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("jobs not done: %v", want)
+		}
+	}
+	later, err := c.Enqueue(ctx, queue.NewJob{Kind: "k", Delay: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Cancel(ctx, later.ID))
+	_, err = c.DeleteFinished(ctx, queue.Retention{Succeeded: time.Nanosecond, Cancelled: time.Nanosecond, Failed: time.Nanosecond})
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, pool, "")
+	require.NoError(t, err)
+	require.Empty(t, pwned(), "hostile code ran")
+}
+
+// TestStrangersLocksBlockNothing: a role with no pgwake grants holds the
+// advisory keys pgwake used to take (the queue's wake key, the migrate key),
+// and a session holds the queue's real wake key exclusively. Enqueues and
+// migrate finish at once, and an idle worker still wakes within a second
+// (its poll is an hour).
+func TestStrangersLocksBlockNothing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	_, strangerURL := w.newRole("stranger", "")
+	stranger := w.poolOn(strangerURL, "stranger", 2)
+	conn, err := stranger.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0)), pg_advisory_lock(hashtextextended('pgwake.migrate.' || $2, 0))`,
+		`"`+w.schema+`".default`, w.schema)
+	require.NoError(t, err)
+	// Even the real key, held exclusively (by a role that can read the salt).
+	holder, err := w.admin.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock(`+w.table("wake_lock_key")+`('default'))`)
+	require.NoError(t, err)
+	defer func() { _, _ = holder.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`) }()
+
+	got := make(chan time.Time, 1)
+	c, err := queue.New(w.pool("stranger-test", 8), queue.Config{
+		Schema:       w.schema,
+		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		PollInterval: time.Hour,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			got <- time.Now()
+			return nil
+		})},
+	})
+	require.NoError(t, err)
+	stop := pgtest.RunInBackground(t, "worker", c.Run)
+	defer stop()
+	waitIdle := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		require.NoError(t, w.admin.QueryRow(ctx, `SELECT count(*) FROM `+w.table("waiters")+` WHERE idle`).Scan(&n))
+		if n > 0 || time.Now().After(waitIdle) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = c.Enqueue(ectx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err, "enqueue waited for a lock someone else held")
+	enqueued := time.Now()
+	select {
+	case at := <-got:
+		require.Less(t, at.Sub(enqueued), time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle worker was not woken")
+	}
+	_, err = migrations.Up(ectx, w.admin, w.schema)
+	require.NoError(t, err, "migrate waited for a lock someone else held")
+}
