@@ -197,11 +197,16 @@ func TestTerminatedBackendCountsTheAttempt(t *testing.T) {
 	require.NoError(t, err)
 	e.run()
 	pid := <-pids
-	_, err = e.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
+	_, err = e.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1, 10000)`, pid) // waits until it is gone
 	require.NoError(t, err)
 	close(release)
 	waitFor(t, 30*time.Second, "attempt recorded", func() bool { return e.count(`id = $1 AND attempts = 1`, r.ID) == 1 })
-	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending' AND last_error LIKE 'commit failed%' AND run_after > now() + interval '50 minutes'`, r.ID))
+	var state, lastError string
+	var retryIn time.Duration
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT state, coalesce(last_error, ''), run_after - now() FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).Scan(&state, &lastError, &retryIn))
+	require.Equal(t, queue.StatePending, state, "runs %d, events %v", runs.Load(), e.eventTypes(r.ID))
+	require.Contains(t, lastError, "commit failed")
+	require.Greater(t, retryIn, 50*time.Minute)
 	require.Equal(t, int32(1), runs.Load())
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }

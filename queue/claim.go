@@ -282,7 +282,9 @@ func (c *Client) claimRecovered(ctx context.Context, queue string) (*batch, erro
 	if err := b.send(ctx, pb); err != nil {
 		return nil, err
 	}
-	if len(b.jobs) == 0 {
+	if len(b.jobs) == 0 || c.claimedBatch(b.jobs[0].job.ID) != nil {
+		// Nothing lost, or a loss of our own that its executor is still
+		// settling (it may know the attempt at fault): not ours to rerun.
 		b.release()
 		return nil, nil
 	}

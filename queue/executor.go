@@ -256,12 +256,13 @@ func (c *Client) report(l *queueLoop, r attemptResult) {
 	j := r.job
 	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("kind", j.Kind),
 		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)} // l.log has the queue
+	if r.err != nil {
+		// As stored: handler errors can be megabytes (an exec handler's stderr).
+		fields = append(fields, zap.String("error", truncateError(r.err.Error(), c.cfg.MaxErrorBytes)))
+	}
 	switch {
 	case r.outcome != "":
 		c.metrics.observe(j, r.outcome, r.dur)
-		if r.err != nil {
-			fields = append(fields, zap.Error(r.err))
-		}
 		l.log.Info("attempt ended: "+r.outcome, fields...)
 	case r.err == nil:
 		c.metrics.observe(j, outcomeSucceeded, r.dur)
@@ -270,15 +271,15 @@ func (c *Client) report(l *queueLoop, r attemptResult) {
 		}
 	case r.state == StateFailed:
 		c.metrics.observe(j, outcomeFailed, r.dur)
-		l.log.Warn("job failed for good", append(fields, zap.Error(r.err))...)
+		l.log.Warn("job failed for good", fields...)
 	case r.state == StatePending:
 		c.metrics.observe(j, outcomeRetry, r.dur)
-		l.log.Info("job attempt failed, retry scheduled", append(fields, zap.Error(r.err), zap.Duration("retry_in", r.retryIn))...)
+		l.log.Info("job attempt failed, retry scheduled", append(fields, zap.Duration("retry_in", r.retryIn))...)
 		l.wake(sourceScheduled, max(r.retryIn, time.Millisecond))
 	default:
 		// Someone else recorded this attempt first (the job was recovered
 		// after our connection dropped); nothing to do.
-		l.log.Info("failed attempt was already superseded", append(fields, zap.Error(r.err))...)
+		l.log.Info("failed attempt was already superseded", fields...)
 	}
 }
 
