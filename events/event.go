@@ -17,6 +17,7 @@ const Version = 1
 // without a version change, so consumers must accept unknown types.
 const (
 	TypeEnqueued       = queue.EventEnqueued
+	TypeStarted        = queue.EventStarted
 	TypeSucceeded      = queue.EventSucceeded
 	TypeRetryScheduled = queue.EventRetryScheduled
 	TypeFailed         = queue.EventFailed

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
 )
 
 // From selects where reading the log starts. The zero From reads it all.
@@ -196,18 +197,11 @@ func rebuild(ctx context.Context, q querier, schema string) (map[int64]JobState,
 		if e.Type == TypeEnqueued && seen {
 			return fmt.Errorf("events: job %d enqueued twice (event %d)", e.JobID, e.ID)
 		}
-		switch e.Type {
-		case TypeEnqueued, TypeRetryScheduled, TypeRetried:
-			s.State = "pending"
-		case TypeSucceeded:
-			s.State = "succeeded"
-		case TypeFailed:
-			s.State = "failed"
-		case TypeCancelled:
-			s.State = "cancelled"
-		default:
+		state, ok := queue.StateAfter(e.Type)
+		if !ok {
 			return fmt.Errorf("events: event %d has unknown type %q", e.ID, e.Type)
 		}
+		s.State = state
 		s.Attempts, s.Queue, s.Kind = e.Attempt, e.Queue, e.Kind
 		out[e.JobID] = s
 		return nil
@@ -259,8 +253,8 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Mismatch,
 		return nil, fmt.Errorf("events: verify: %w", err)
 	}
 	for id, es := range fromEvents {
-		if !fromJobs[id] && es.State == "pending" {
-			out = append(out, Mismatch{JobID: id, FromEvents: &es, Problem: "events say pending but the job row is gone"})
+		if !fromJobs[id] && (es.State == queue.StatePending || es.State == queue.StateRunning) {
+			out = append(out, Mismatch{JobID: id, FromEvents: &es, Problem: "events say " + es.State + " but the job row is gone"})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })

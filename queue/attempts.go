@@ -53,6 +53,8 @@ func (c *Client) recordStarts(ctx context.Context, b *batch, level int) error {
 	for i, cj := range b.jobs {
 		ids[i], attempts[i] = cj.job.ID, int32(cj.job.Attempt)
 	}
+	// One autocommit statement; the table is unlogged, so its commit
+	// waits for no WAL flush.
 	if _, err := c.pool.Exec(ctx, c.sql.recordStarts, ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level)); err != nil {
 		return fmt.Errorf("record attempt start: %w", err)
 	}

@@ -12,11 +12,17 @@ import (
 //   - a batch is sized so its handlers take about BatchTarget, from the
 //     moving average of handler time;
 //   - a kind whose recent handler time (a decaying high-water mark) exceeds
-//     BatchTarget, or that this process has not run yet, is claimed alone:
+//     slowKind, or that this process has not run yet, is claimed alone:
 //     the claim statement takes such a job only as the head of a batch of
 //     one (claimBatchSQL);
 //   - a batch stops starting jobs once it has run for cutAfter; the jobs it
 //     did not start are released with its commit and claimed again at once.
+
+// slowKind is the handler time above which a kind is claimed alone. Below
+// it, a job claimed behind one run of the kind waits at most that run (the
+// batch is cut after 2 x BatchTarget); a scheduling hiccup of a few
+// milliseconds does not stop a fast kind from batching.
+const slowKind = 50 * time.Millisecond
 
 // cutAfter is how long a batch may run before it releases the jobs it has
 // not started.
@@ -42,15 +48,15 @@ func (ks kindStats) observe(kind string, d time.Duration) {
 		return
 	}
 	old := v.Load()
-	v.Store(max(int64(d), old-old/16))
+	v.Store(max(int64(d), old-old/16, 1))
 }
 
 // alone lists the kinds that run in batches of one: not run yet, or slower
-// than target.
-func (ks kindStats) alone(target time.Duration) []string {
-	var out []string
+// than slowKind.
+func (ks kindStats) alone() []string {
+	out := []string{} // not nil: a nil slice is a NULL array in SQL
 	for kind, v := range ks {
-		if n := v.Load(); n == 0 || n > int64(target) {
+		if n := v.Load(); n == 0 || n > int64(slowKind) {
 			out = append(out, kind)
 		}
 	}

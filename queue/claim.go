@@ -19,6 +19,8 @@ type batch struct {
 	// lost is set on a job claimed by claimRecovered: its previous attempt
 	// began and recorded no outcome.
 	lost *lostAttempt
+	// leased: the jobs are of leased kinds (a batch is all leased or none).
+	leased bool
 
 	mu      sync.Mutex
 	next    int            // jobs[:next] were started or skipped
@@ -211,24 +213,33 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 	return nil
 }
 
-// claim begins a transaction and locks up to n due jobs of queue, in one
-// round trip; with a cursor, the scan starts after it (and falls back to the
+// claim begins a transaction and locks up to n due held-mode jobs of queue
+// or up to leasedN leased ones, in one round trip; with a cursor, the scan starts after it (and falls back to the
 // head if nothing is there). With no job due it returns nil and the time of
 // the queue's earliest delayed job (zero if none).
-func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCursor) (*batch, time.Time, error) {
+func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor) (*batch, time.Time, error) {
 	b, pb, err := c.beginClaim(ctx)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
-	alone := c.kinds.alone(c.cfg.BatchTarget)
+	alone := c.kinds.alone()
+	leased := c.cfg.LeasedKinds
+	if leased == nil {
+		leased = []string{} // nil would be a NULL array: "<> ALL(NULL)" is never true
+	}
 	switch {
-	case n <= 1:
+	case n <= 1 && leasedN <= 1:
 		pb.Queue(c.sql.claimOne, queue).Query(scan)
+	case len(alone) == 0 && len(leased) == 0 && after != nil:
+		// Every kind batches: no head to look at first.
+		pb.Queue(c.sql.claimPlainAfter, queue, n, after.priority, after.runAfter, after.id).Query(scan)
+	case len(alone) == 0 && len(leased) == 0:
+		pb.Queue(c.sql.claimPlain, queue, n).Query(scan)
 	case after != nil:
-		pb.Queue(c.sql.claimAfter, queue, n, alone, after.priority, after.runAfter, after.id).Query(scan)
+		pb.Queue(c.sql.claimAfter, queue, n, alone, leased, leasedN, after.priority, after.runAfter, after.id).Query(scan)
 	default:
-		pb.Queue(c.sql.claim, queue, n, alone).Query(scan)
+		pb.Queue(c.sql.claim, queue, n, alone, leased, leasedN).Query(scan)
 	}
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
@@ -236,7 +247,7 @@ func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCur
 	if len(b.jobs) == 0 && after != nil {
 		// Nothing after the cursor: look from the head before concluding
 		// that nothing is due.
-		rows, err := b.tx.Query(ctx, c.sql.claim, queue, n, alone)
+		rows, err := b.tx.Query(ctx, c.sql.claim, queue, n, alone, leased, leasedN)
 		if err == nil {
 			err = scan(rows)
 			rows.Close()
@@ -247,6 +258,7 @@ func (c *Client) claim(ctx context.Context, queue string, n int, after *claimCur
 		}
 	}
 	if len(b.jobs) > 0 {
+		b.leased = c.leased[b.jobs[0].job.Kind]
 		c.track(b)
 		return b, time.Time{}, nil
 	}

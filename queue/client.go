@@ -24,9 +24,13 @@ type Client struct {
 	channel string
 	metrics *metrics
 
-	id      string // names this client in the waiters and attempts tables
-	loops   map[string]*queueLoop
-	kinds   kindStats
+	id     string // names this client in the waiters and attempts tables
+	loops  map[string]*queueLoop
+	kinds  kindStats
+	leased map[string]bool // Config.LeasedKinds
+	// leases maps the id of every leased job running in this client to
+	// its *leasedRun.
+	leases  sync.Map
 	running atomic.Bool
 	// claimIdleTimeout, when not empty, is set as the claim transaction's
 	// idle_in_transaction_session_timeout (see claimIdleTimeoutFor). Written
@@ -88,7 +92,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		channel: WakeChannel(cfg.Schema),
 		loops:   map[string]*queueLoop{},
 		kinds:   newKindStats(cfg),
+		leased:  map[string]bool{},
 		id:      newClientID(),
+	}
+	for _, k := range cfg.LeasedKinds {
+		c.leased[k] = true
 	}
 	m, err := newMetrics(cfg.Registerer, c)
 	if err != nil {
@@ -343,7 +351,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // job is skipped) or the handler's own job (which then ends cancelled, not
 // succeeded).
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id})
+	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id}, c.channel)
 	if err != nil {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
 	}

@@ -95,6 +95,20 @@ type Config struct {
 	// DefaultLogger(): warnings and errors to stderr, so that a pool too
 	// small or a lost attempt is seen. zap.NewNop() silences it.
 	Logger *zap.Logger
+	// LeasedKinds run in leased mode: the claim commits at once (state
+	// running, attempt counted, a lease of LeaseDuration), the handler runs
+	// with no connection and no transaction held (its tx argument begins a
+	// transaction on first use, which commits with the job's completion), a
+	// heartbeat extends the leases of all of a client's running leased jobs
+	// with one statement every LeaseDuration/3, and a lease that expires
+	// (the worker died or stalled) is rescued by any running client of the
+	// queue and retried with backoff. For long jobs and for many concurrent
+	// jobs that wait on something else: they hold no pool connection while
+	// they run. Default none: every kind runs in held-transaction mode.
+	LeasedKinds []string
+	// LeaseDuration is how long a leased job's claim lasts without a
+	// heartbeat. Default 30s; at least 100ms.
+	LeaseDuration time.Duration
 	// AllowSmallPool lets New accept a pool with fewer connections than
 	// MinPoolConns: concurrency is then capped by the pool, and handlers that
 	// use the pool may wait for connections. Default false: New returns a
@@ -134,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 32
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
 	}
 	if c.BatchTarget == 0 {
 		c.BatchTarget = 2 * time.Millisecond
@@ -186,6 +203,14 @@ func (c Config) validate() error {
 		if _, ok := c.Handlers[kind]; !ok {
 			return bad("KindTimeouts[%q] names a kind with no handler", kind)
 		}
+	}
+	for _, kind := range c.LeasedKinds {
+		if _, ok := c.Handlers[kind]; !ok {
+			return bad("LeasedKinds names %q, a kind with no handler", kind)
+		}
+	}
+	if c.LeaseDuration < 100*time.Millisecond {
+		return bad("LeaseDuration %s is below 100ms", c.LeaseDuration)
 	}
 	if c.PollInterval < 10*time.Millisecond {
 		return bad("PollInterval %s is below 10ms", c.PollInterval)

@@ -26,6 +26,10 @@ const helperEnv = "PGWAKE_TEST_HELPER_WORKER"
 func helperMain() int {
 	url, schema := os.Getenv("PGWAKE_TEST_URL"), os.Getenv("PGWAKE_TEST_SCHEMA")
 	hold, _ := time.ParseDuration(os.Getenv("PGWAKE_TEST_HOLD"))
+	var leased []string
+	if k := os.Getenv("PGWAKE_TEST_LEASED"); k != "" {
+		leased = []string{k}
+	}
 	ctx := context.Background()
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -44,6 +48,9 @@ func helperMain() int {
 		PollInterval: 100 * time.Millisecond,
 		Backoff:      func(int) time.Duration { return 20 * time.Millisecond },
 		Handlers:     map[string]queue.Handler{"effect": effectHandler(schema, hold)},
+		LeasedKinds:  leased,
+		// Short, so a test waits little for a killed helper's leases.
+		LeaseDuration: 300 * time.Millisecond,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,8 +73,15 @@ func effectHandler(schema string, hold time.Duration) queue.Handler {
 		if err := effect(ctx, tx, schema, j); err != nil {
 			return err
 		}
-		var p struct{ Die string }
+		var p struct {
+			Die  string
+			Hang bool
+		}
 		_ = json.Unmarshal(j.Payload, &p)
+		if p.Hang && j.Attempt == 1 {
+			<-ctx.Done() // until its process is killed
+			return ctx.Err()
+		}
 		switch p.Die {
 		case "exit":
 			os.Exit(7)
@@ -88,9 +102,17 @@ func effectHandler(schema string, hold time.Duration) queue.Handler {
 
 func startHelper(t *testing.T, e *env, hold time.Duration) *exec.Cmd {
 	t.Helper()
+	return startHelperWith(t, e, hold)
+}
+
+// startHelperWith starts a helper worker with extra environment variables
+// (PGWAKE_TEST_LEASED=kind runs that kind leased).
+func startHelperWith(t *testing.T, e *env, hold time.Duration, env ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "PGWAKE_TEST_URL="+e.pool.Config().ConnString(),
 		"PGWAKE_TEST_SCHEMA="+e.schema, "PGWAKE_TEST_HOLD="+hold.String())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr

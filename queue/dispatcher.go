@@ -151,7 +151,13 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	} else {
 		s.sinceHead = 0
 	}
-	b, next, err := l.c.claim(ctx, l.queue, n, after)
+	leasedN := 0
+	if len(l.c.cfg.LeasedKinds) > 0 {
+		// Leased jobs each take a slot: as many as are free (with the one
+		// taken for this claim).
+		leasedN = min(l.c.cfg.MaxBatch, cap(l.slots)-len(l.slots)+1)
+	}
+	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after)
 	s.cursor = nil
 	if b != nil {
 		last := &b.jobs[len(b.jobs)-1].job
@@ -178,9 +184,20 @@ func (l *queueLoop) backOff(ctx context.Context, s *loopState, err error) bool {
 func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) {
 	l.c.metrics.claims.WithLabelValues(l.queue, s.source).Add(float64(len(b.jobs)))
 	s.source = sourceBusy
+	if b.leased {
+		// Each leased job runs on its own and holds a slot; the claim sized
+		// the batch to the free ones.
+		for range len(b.jobs) - 1 {
+			l.slots <- struct{}{}
+		}
+	}
 	l.handlers.Add(1)
 	go func() {
 		defer l.handlers.Done()
+		if b.leased {
+			l.c.executeLeased(hardCtx, b, l)
+			return
+		}
 		defer func() { <-l.slots }()
 		l.c.execute(hardCtx, b, l)
 	}()

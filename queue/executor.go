@@ -166,7 +166,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	pb := &pgx.Batch{}
 	skipped := map[int64]bool{}
 	if ids := b.cancelled(); len(ids) > 0 {
-		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
+		pb.Queue(c.sql.cancel, ids, c.channel).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
 	marked := map[int64]bool{}
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
@@ -190,11 +190,16 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	return nil
 }
 
+// collectIDs adds the first column of rows (an id) to into.
 func collectIDs(rows pgx.Rows, into map[int64]bool) error {
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		vals, err := rows.Values()
+		if err != nil {
 			return err
+		}
+		id, ok := vals[0].(int64)
+		if !ok {
+			return fmt.Errorf("internal error: id column is %T", vals[0])
 		}
 		into[id] = true
 	}

@@ -19,24 +19,6 @@ const (
 	MaxKindLen  = 255
 )
 
-// Job states, as stored in the jobs table.
-const (
-	StatePending   = "pending"
-	StateSucceeded = "succeeded"
-	StateFailed    = "failed"
-	StateCancelled = "cancelled"
-)
-
-// Event types appended to the events table.
-const (
-	EventEnqueued       = "enqueued"
-	EventSucceeded      = "succeeded"
-	EventRetryScheduled = "retry_scheduled"
-	EventFailed         = "failed"
-	EventCancelled      = "cancelled"
-	EventRetried        = "retried" // a failed job was put back to pending by Retry
-)
-
 // Sentinel errors for bad input. Validation errors wrap one of these in a
 // *JobError; test with errors.Is.
 var (

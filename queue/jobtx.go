@@ -16,15 +16,31 @@ const jobSavepoint = "pgwake_job"
 // the savepoint existed), so a failure rolls back this handler's writes and
 // nothing else of the batch; a handler that never touches the transaction
 // costs no round trip. Commit and Rollback belong to pgwake.
+//
+// In leased mode begin is set and tx is nil until the first use, which
+// begins a transaction (no savepoint: nothing else shares it); it commits
+// with the job's completion.
 type jobTx struct {
 	tx        pgx.Tx
 	savepoint bool
-	batch     *batch // the claimed batch, for CancelTx
+	batch     *batch                                    // the claimed batch, for CancelTx
+	begin     func(ctx context.Context) (pgx.Tx, error) // leased mode
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
 
 func (t *jobTx) ensure(ctx context.Context) error {
+	if t.begin != nil {
+		if t.tx != nil {
+			return nil
+		}
+		tx, err := t.begin(ctx)
+		if err != nil {
+			return err
+		}
+		t.tx = tx
+		return nil
+	}
 	if t.savepoint {
 		return nil
 	}
@@ -36,7 +52,7 @@ func (t *jobTx) ensure(ctx context.Context) error {
 }
 
 // Begin starts a pseudo nested transaction (a savepoint).
-func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) {
+func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) { //nolint:revive // pgx.Tx's name
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}

@@ -161,18 +161,9 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 		} else {
 			require.True(t, seen, "job %d has %s before enqueued", id, typ)
 		}
-		switch typ {
-		case queue.EventEnqueued, queue.EventRetryScheduled, queue.EventRetried:
-			s.state = queue.StatePending
-		case queue.EventSucceeded:
-			s.state = queue.StateSucceeded
-		case queue.EventFailed:
-			s.state = queue.StateFailed
-		case queue.EventCancelled:
-			s.state = queue.StateCancelled
-		default:
-			t.Fatalf("unknown event type %q", typ)
-		}
+		state, ok := queue.StateAfter(typ)
+		require.True(t, ok, "unknown event type %q", typ)
+		s.state = state
 		s.attempts = attempt
 		fromEvents[id] = s
 	}

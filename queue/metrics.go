@@ -18,6 +18,7 @@ const (
 	outcomeFailed      = "failed"       // failed, attempts exhausted
 	outcomeCommitError = "commit_error" // the outcome could not be recorded; the job runs again
 	outcomeCancelled   = "cancelled"    // the handler returned nil, but the job was cancelled meanwhile
+	outcomeLeaseLost   = "lease_lost"   // leased: the job was rescued or cancelled before the outcome was recorded
 )
 
 type metrics struct {
@@ -29,6 +30,8 @@ type metrics struct {
 	claims      *prometheus.CounterVec
 	claimErrors *prometheus.CounterVec
 	deleted     *prometheus.CounterVec
+	rescued     *prometheus.CounterVec
+	heartbeats  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
@@ -40,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		}, []string{"queue", "kind"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_jobs_total",
-			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again), cancelled (the job was cancelled while its handler ran).",
+			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again), cancelled (the job was cancelled while its handler ran), lease_lost (leased mode: the job was rescued or cancelled before its outcome was recorded).",
 		}, []string{"queue", "kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pgwake_worker_job_duration_seconds",
@@ -54,12 +57,20 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		}, []string{"queue"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_claims_total",
-			Help: "Jobs claimed, by what made the worker look: start, notify, resync, scheduled, busy, released, recheck, poll. A growing poll count means notifications are being missed.",
+			Help: "Jobs claimed, by what made the worker look: start, notify, resync, scheduled, busy, released, recovered, recheck, poll. A growing poll count means notifications are being missed.",
 		}, []string{"queue", "source"}),
 		claimErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_claim_errors_total",
 			Help: "Claim attempts that failed with a database error.",
 		}, []string{"queue"}),
+		rescued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgwake_worker_leases_rescued_total",
+			Help: "Leased jobs whose lease expired, rescued by this process (counted as a failed attempt, retried with backoff).",
+		}, []string{"queue"}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgwake_worker_lease_heartbeats_total",
+			Help: "Statements that extended this process's leases (one per LeaseDuration/3 while leased jobs run, whatever their number).",
+		}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_queue_jobs_deleted_total",
 			Help: "Finished jobs deleted by retention (Config.Retention), by state.",
@@ -71,7 +82,10 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 	// Several clients may share a registry (the subscriptions of a Watermill
 	// subscriber, a process with more than one Client): they share the
 	// series, which carry the queue as a label.
-	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted); err != nil {
+	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted, &m.rescued); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	if err := promreg.RegisterAll(reg, &m.heartbeats); err != nil {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := promreg.RegisterAll(reg, &m.duration, &m.wait); err != nil {

@@ -57,6 +57,13 @@ func (c *Client) Run(ctx context.Context) error {
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
 	bg.Go(func() { c.heartbeat(lctx) })
 	bg.Go(func() { c.cleaner(lctx) })
+	// Until the handlers are done, not only until ctx: running leased jobs
+	// keep their leases through the shutdown deadline.
+	leaseCtx, leaseStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer leaseStop()
+	if len(c.cfg.LeasedKinds) > 0 {
+		bg.Go(func() { c.leaseLoop(leaseCtx) })
+	}
 	defer c.dropWaiters()
 	var loops sync.WaitGroup
 	for _, l := range c.loops {
@@ -81,6 +88,7 @@ func (c *Client) Run(ctx context.Context) error {
 		hardCancel()
 		<-done
 	}
+	leaseStop()
 	c.log.Info("workers stopped")
 	return nil
 }

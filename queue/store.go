@@ -17,13 +17,20 @@ type statements struct {
 	// $3 payload, $4 priority, $5 run_after, $6 delay µs, $7 max attempts,
 	// $8 unique key, $9 channel.
 	enqueueOne string
-	// claim locks up to $2 due jobs of queue $1 that have no attempt record
-	// ($3: kinds that run alone). Rows: claimCols.
+	// claim locks due jobs of queue $1 that have no attempt record: up to
+	// $2 held jobs ($3: kinds that run alone) or $5 leased ones ($4: leased
+	// kinds). Rows: claimCols.
 	claim string
-	// claimAfter is claim starting after ($4 priority, $5 run_after, $6 id).
+	// claimAfter is claim starting after ($6 priority, $7 run_after, $8 id).
 	claimAfter string
 	// claimOne locks the head due job of queue $1 (no batching). Rows: claimCols.
 	claimOne string
+	// claimPlain locks up to $2 due jobs of queue $1, when every kind batches
+	// (none runs alone, none is leased). Rows: claimCols.
+	claimPlain string
+	// claimPlainAfter is claimPlain starting after ($3 priority, $4
+	// run_after, $5 id).
+	claimPlainAfter string
 	// claimRecovered locks one pending job of queue $1 whose attempt started
 	// and recorded no outcome. Rows: claimCols, then the attempt record's
 	// attempt, isolation and client_id.
@@ -43,8 +50,25 @@ type statements struct {
 	// $3, new state $4 ('pending' or 'failed'), retry after $5 µs, channel $6.
 	// Rows: state, ms until the retry, wake count; none when superseded.
 	fail string
-	// cancel marks pending jobs $1 cancelled. Rows: the ids it cancelled.
+	// cancel marks pending or running jobs $1 cancelled ($2: channel, to
+	// tell a running job's worker). Rows: the ids it cancelled, tell count.
 	cancel string
+	// startLeased marks leased jobs $1 running with a lease of $2 µs owned
+	// by client $3, attempt counted. Rows: the ids it started.
+	startLeased string
+	// extendLeases extends client $3's leases of jobs $1 by $2 µs. Rows:
+	// the ids still leased.
+	extendLeases string
+	// expiredLeases locks up to 100 running jobs of queues $1 whose lease
+	// expired. Rows: id, queue, kind, attempts, max_attempts.
+	expiredLeases string
+	// succeedLeased marks job $1 (attempts $2) succeeded if client $3 still
+	// holds its lease. Rows: its id.
+	succeedLeased string
+	// failLeased records the failed leased attempt of job $1 (attempts $2,
+	// already counted): error $3, state $4, retry after $5 µs, channel $6,
+	// owner $7 ('' : an expired lease, rescued). Rows as fail.
+	failLeased string
 	// retry puts failed job $1 back to pending ($2: channel).
 	retry string
 
@@ -72,7 +96,7 @@ func newStatements(schema string) statements {
 	// The wake payload: the queue, plus "|<ms>" when its earliest new job is
 	// that far in the future (parsed by parseWake).
 	enqueueTail := `
-	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
+	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
 	RETURNING id, queue, kind, run_after, unique_key
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
@@ -101,14 +125,11 @@ WITH ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
 	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::float8 * interval '1 microsecond'), $7, $8)` + enqueueTail,
 
-		claim:      claimBatchSQL(jobs, attempts, ""),
-		claimAfter: claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($4::smallint, $5::timestamptz, $6::bigint)"),
-		claimOne: `
-SELECT ` + claimCols + ` FROM ` + jobs + ` j
-WHERE ` + claimableSQL(attempts) + `
-ORDER BY j.priority, j.run_after, j.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED`,
+		claim:           claimBatchSQL(jobs, attempts, ""),
+		claimAfter:      claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)"),
+		claimOne:        claimPlainSQL(jobs, attempts, "", "1"),
+		claimPlain:      claimPlainSQL(jobs, attempts, "", "$2::int"),
+		claimPlainAfter: claimPlainSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int"),
 		claimRecovered: `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
@@ -179,18 +200,76 @@ WITH j AS (
 )
 SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
 
+		// A running (leased) job is cancelled too, and its worker told to
+		// cancel the handler ("!cancel|<id>": '!' starts no queue name).
 		cancel: `
 WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp()
-	WHERE id = ANY($1::bigint[]) AND state = 'pending'
-	RETURNING id, queue, kind, attempts
+	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL
+	WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'running')
+	RETURNING id, queue, kind, attempts, leased_by
 ), a AS (
 	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'cancelled', queue, kind, attempts FROM j ORDER BY id
+), tell AS (
+	SELECT pg_catalog.pg_notify($2::text, '!cancel|' || id::text) FROM j WHERE leased_by IS NOT NULL
+)
+SELECT id, (SELECT count(*) FROM tell) FROM j`,
+
+		startLeased: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'running', attempts = attempts + 1, leased_by = $3::text,
+		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	WHERE id = ANY($1::bigint[]) AND state = 'pending'
+	RETURNING id, queue, kind, attempts
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
+	SELECT id, 'started', queue, kind, attempts FROM j ORDER BY id
 )
 SELECT id FROM j`,
+		extendLeases: `
+UPDATE ` + jobs + ` SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+WHERE id = ANY($1::bigint[]) AND state = 'running' AND leased_by = $3::text
+RETURNING id`,
+		expiredLeases: `
+SELECT id, queue, kind, attempts, max_attempts FROM ` + jobs + `
+WHERE state = 'running' AND queue = ANY($1::text[]) AND lease_expires_at < clock_timestamp()
+ORDER BY lease_expires_at
+LIMIT 100
+FOR UPDATE SKIP LOCKED`,
+		succeedLeased: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
+	WHERE id = $1 AND attempts = $2 AND state = 'running' AND leased_by = $3::text
+	RETURNING id, queue, kind, attempts
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
+	SELECT id, 'succeeded', queue, kind, attempts FROM j
+)
+SELECT id FROM j`,
+		failLeased: `
+WITH j AS (
+	UPDATE ` + jobs + ` SET
+		last_error = $3::text,
+		state = $4::text,
+		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
+		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END,
+		lease_expires_at = NULL, leased_by = NULL
+	WHERE id = $1 AND attempts = $2 AND state = 'running'
+	  AND CASE WHEN $7::text = '' THEN lease_expires_at < clock_timestamp() ELSE leased_by = $7::text END
+	RETURNING id, queue, kind, attempts, state, run_after
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
+		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
+		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
+	FROM j
+), wake AS (
+	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
+	FROM j WHERE state = 'pending'
+)
+SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
 
 		retry: `
 WITH j AS (
@@ -222,7 +301,7 @@ ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
 		// Tried, never waited for: a waiting exclusive request would stall
 		// every producer behind it.
 		idleBarrier:    `SELECT pg_catalog.pg_try_advisory_xact_lock(` + sqlident.Quote(schema, "wake_lock_key") + `($1::text))`,
-		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state = 'pending'`,
+		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state IN ('pending', 'running')`,
 		deleteFinished: deleteFinishedSQL(jobs),
 	}
 }
@@ -234,30 +313,43 @@ func claimableSQL(attempts string) string {
 	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id)`
 }
 
-// claimBatchSQL claims the head job and, unless its kind is one of $3 (kinds
-// that run alone: slow or not yet measured), up to $2 - 1 more jobs of kinds
-// not in $3, after the cursor condition after. So a slow job never holds
-// others of its batch.
+// claimPlainSQL locks up to limit due jobs in claim order, after the cursor
+// condition after.
+func claimPlainSQL(jobs, attempts, after, limit string) string {
+	return `
+SELECT ` + claimCols + ` FROM ` + jobs + ` j
+WHERE ` + claimableSQL(attempts) + ` ` + after + `
+ORDER BY j.priority, j.run_after, j.id
+LIMIT ` + limit + `
+FOR UPDATE SKIP LOCKED`
+}
+
+// claimBatchSQL claims the head job and up to more jobs of the same mode:
+// when the head's kind is leased ($4), up to $5 - 1 more leased jobs; when it
+// is a held kind not in $3 (kinds that run alone: slow or not yet
+// measured), up to $2 - 1 more such jobs; otherwise none. So a slow job
+// never holds others of its batch, and a batch is all leased or all held.
+// after is the cursor condition.
 func claimBatchSQL(jobs, attempts, after string) string {
 	return `
 WITH head AS (
-	SELECT j.id, j.kind FROM ` + jobs + ` j
+	SELECT j.id, j.kind, j.kind = ANY($4::text[]) AS leased FROM ` + jobs + ` j
 	WHERE ` + claimableSQL(attempts) + ` ` + after + `
 	ORDER BY j.priority, j.run_after, j.id
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED
 ), rest AS (
-	SELECT j.id FROM ` + jobs + ` j
+	SELECT j.id FROM ` + jobs + ` j, head h
 	WHERE ` + claimableSQL(attempts) + ` ` + after + `
-	  AND j.kind <> ALL($3::text[])
-	  AND j.id NOT IN (SELECT id FROM head)
-	  AND EXISTS (SELECT 1 FROM head WHERE head.kind <> ALL($3::text[]))
+	  AND j.id <> h.id
+	  AND CASE WHEN h.leased THEN j.kind = ANY($4::text[])
+	      ELSE h.kind <> ALL($3::text[]) AND j.kind <> ALL($3::text[]) AND j.kind <> ALL($4::text[]) END
 	ORDER BY j.priority, j.run_after, j.id
-	LIMIT $2::int - 1
-	FOR UPDATE SKIP LOCKED
+	LIMIT (SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1 FROM head h)
+	FOR UPDATE OF j SKIP LOCKED
 )
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
-WHERE j.id IN (SELECT id FROM head UNION ALL SELECT id FROM rest)
+WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
 ORDER BY j.priority, j.run_after, j.id`
 }
 

@@ -62,6 +62,10 @@ func (c *Client) onNotify(ev notify.Event) {
 		}
 		return
 	}
+	if strings.HasPrefix(ev.Payload, cancelPrefix) {
+		c.onCancelNotify(ev.Payload)
+		return
+	}
 	queue, delay := parseWake(ev.Payload)
 	if l, ok := c.loops[queue]; ok {
 		l.wake(sourceNotify, delay)

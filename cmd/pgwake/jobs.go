@@ -114,7 +114,7 @@ type eventRow struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-var validStates = []string{queue.StatePending, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}
+var validStates = []string{queue.StatePending, queue.StateRunning, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}
 
 const jobColumns = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at, coalesce(unique_key, ''), coalesce(last_error, '')`
 

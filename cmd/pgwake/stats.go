@@ -59,8 +59,8 @@ type statsDoc struct {
 	Queues []queueStats `json:"queues"`
 }
 
-// statsSQL counts per queue. "running" is a pending row locked by an open
-// transaction: its xmax names a transaction that still holds the lock on its
+// statsSQL counts per queue. "running" is a leased job (state running), or a
+// pending row locked by an open transaction (a held-mode claim): its xmax names a transaction that still holds the lock on its
 // own transaction id (every transaction with an id holds one). When a claim
 // transaction has already updated the row (the job is finishing), xmax is a
 // multixact instead and the job is briefly counted as pending.
@@ -82,6 +82,8 @@ WITH open_xacts AS MATERIALIZED (
 		0::bigint AS failed, 0::bigint AS succeeded,
 		extract(epoch FROM now() - min(run_after) FILTER (WHERE due AND NOT running))::float8 AS oldest
 	FROM pend GROUP BY queue
+	UNION ALL
+	SELECT queue, 0, 0, count(*), 0, 0, NULL FROM ` + jobs + ` WHERE state = 'running' GROUP BY queue
 	UNION ALL
 	SELECT queue, 0, 0, 0, count(*), 0, NULL FROM ` + jobs + ` WHERE state = 'failed' GROUP BY queue
 	UNION ALL

@@ -12,7 +12,12 @@
 -- is found by re-running: once more as usual (isolation 1), then with nothing
 -- else running in its process (isolation 2); only a loss in isolation 2 is
 -- counted as a failed attempt.
-CREATE TABLE {{schema}}.attempts (
+--
+-- Unlogged: no WAL for rows that live a few milliseconds. A worker process
+-- that dies, a lost connection or a failed COMMIT leave them in place; only
+-- crash recovery of the server itself empties the table, and then the
+-- attempts in flight at the crash run again uncounted.
+CREATE UNLOGGED TABLE {{schema}}.attempts (
     job_id     bigint      PRIMARY KEY,
     queue      text        NOT NULL,
     -- The attempt number that started (the job's attempts + 1 at claim).

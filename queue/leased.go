@@ -1,0 +1,276 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// Leased mode (Config.LeasedKinds). The claim commits at once: the jobs are
+// running, their attempts counted, each with a lease owned by this client.
+// Each handler then runs on its own goroutine and slot, holding no
+// connection; its tx begins a transaction on first use. Completion is a
+// short transaction (the handler's, when it used one) that only moves the
+// job while this client still holds its lease. One statement per
+// LeaseDuration/3 extends every lease the client holds; a lease that is not
+// extended expires and is rescued (counted as a failed attempt, retried with
+// backoff) by any client working the queue.
+
+// ErrLeaseLost is the cause of a leased handler's context when the job is no
+// longer its worker's: its lease expired and it was rescued, or it was
+// cancelled.
+var ErrLeaseLost = errors.New("queue: the job is no longer this worker's: its lease expired and it was rescued, or it was cancelled")
+
+// errLeaseExpired is recorded for a rescued job.
+var errLeaseExpired = errors.New("lease expired: the worker stopped extending it (process died, stalled or lost the database)")
+
+// leasedRun is a leased job running in this client.
+type leasedRun struct {
+	attempt int
+	cancel  context.CancelCauseFunc
+}
+
+// cancelPrefix starts the payload that tells a job's worker it was
+// cancelled: '!' starts no queue name.
+const cancelPrefix = "!cancel|"
+
+// onCancelNotify cancels the handler of a running leased job of ours.
+func (c *Client) onCancelNotify(payload string) {
+	id, err := strconv.ParseInt(strings.TrimPrefix(payload, cancelPrefix), 10, 64)
+	if err != nil {
+		return
+	}
+	if v, ok := c.leases.Load(id); ok {
+		v.(*leasedRun).cancel(ErrLeaseLost)
+	}
+}
+
+// executeLeased starts a claimed leased batch (one round trip: mark running,
+// commit) and runs each job on its own goroutine and slot.
+func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) {
+	ids := make([]int64, len(b.jobs))
+	for i, cj := range b.jobs {
+		ids[i] = cj.job.ID
+	}
+	started := map[int64]bool{}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	pb := &pgx.Batch{}
+	pb.Queue(c.sql.startLeased, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id).Query(func(rows pgx.Rows) error {
+		return collectIDs(rows, started)
+	})
+	pb.Queue("COMMIT")
+	err := b.conn.Conn().SendBatch(rctx, pb).Close()
+	cancel()
+	b.stop()
+	b.release()
+	c.untrack(b)
+	if err != nil {
+		l.log.Warn("could not start leased jobs; they stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
+		started = nil
+		l.wake(sourceReleased, 0)
+	}
+	for i := range b.jobs {
+		cj := &b.jobs[i]
+		if !started[cj.job.ID] {
+			<-l.slots // not started (cancelled meanwhile, or the start failed)
+			continue
+		}
+		l.handlers.Add(1)
+		go func() {
+			defer l.handlers.Done()
+			defer func() { <-l.slots }()
+			c.runLeased(hardCtx, l, cj)
+		}()
+	}
+}
+
+// runLeased runs one started leased job and records its outcome.
+func (c *Client) runLeased(hardCtx context.Context, l *queueLoop, cj *claimedJob) {
+	j := &cj.job
+	c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
+	ctx, cancel := context.WithCancelCause(hardCtx)
+	defer cancel(nil)
+	c.leases.Store(j.ID, &leasedRun{attempt: j.Attempt, cancel: cancel})
+	defer c.leases.Delete(j.ID)
+	jtx := &jobTx{begin: func(ctx context.Context) (pgx.Tx, error) { return c.pool.Begin(ctx) }}
+	t0 := time.Now()
+	herr := c.runHandler(ctx, jtx, j)
+	r := attemptResult{job: j, dur: time.Since(t0), err: herr}
+	c.kinds.observe(j.Kind, r.dur)
+	if herr != nil && errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		r.err = fmt.Errorf("%w: %w", ErrLeaseLost, herr)
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	defer rcancel()
+	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
+		r.err = ErrTxAborted
+	}
+	if r.err == nil {
+		c.completeLeased(rctx, l, jtx, &r)
+	} else {
+		if jtx.tx != nil {
+			rollback(jtx.tx)
+		}
+		c.failLeased(rctx, l, &r, c.id)
+	}
+	c.report(l, r)
+}
+
+// completeLeased marks a leased job succeeded, in the handler's transaction
+// when it used one (its writes commit with the completion), if this client
+// still holds the lease; otherwise the handler's writes roll back.
+func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r *attemptResult) {
+	j := r.job
+	var q querier = c.pool
+	if jtx.tx != nil {
+		q = jtx.tx
+	}
+	rows, err := q.Query(ctx, c.sql.succeedLeased, j.ID, int32(j.Attempt), c.id)
+	marked := map[int64]bool{}
+	if err == nil {
+		err = collectIDs(rows, marked)
+	}
+	if err == nil && jtx.tx != nil {
+		if marked[j.ID] {
+			err = jtx.tx.Commit(ctx)
+		} else {
+			rollback(jtx.tx)
+		}
+	}
+	switch {
+	case err != nil:
+		if jtx.tx != nil {
+			rollback(jtx.tx)
+		}
+		l.log.Warn("could not record a leased job's success; its lease will expire and it will be retried",
+			zap.Int64("job_id", j.ID), zap.Error(err))
+		r.outcome = outcomeCommitError
+	case !marked[j.ID]:
+		r.outcome = outcomeLeaseLost
+	}
+}
+
+// failLeased records a failed leased attempt (already counted) by owner (""
+// for a rescue of an expired lease).
+func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult, owner string) {
+	j := r.job
+	d := c.decide(j)
+	var ms float64
+	var woke int64
+	err := c.pool.QueryRow(ctx, c.sql.failLeased, j.ID, int32(j.Attempt), truncateError(r.err.Error(), c.cfg.MaxErrorBytes),
+		d.state, float64(d.delay.Microseconds()), c.channel, owner).Scan(&r.state, &ms, &woke)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		r.outcome = outcomeLeaseLost
+	case err != nil:
+		l.log.Warn("could not record a leased job's failure; its lease will expire and it will be retried",
+			zap.Int64("job_id", j.ID), zap.Error(err))
+		r.outcome = outcomeCommitError
+	default:
+		r.retryIn = time.Duration(ms * float64(time.Millisecond))
+	}
+}
+
+// leaseLoop extends this client's leases and rescues expired ones of its
+// queues, every LeaseDuration/3, until ctx ends.
+func (c *Client) leaseLoop(ctx context.Context) {
+	queues := make([]string, 0, len(c.loops))
+	for q := range c.loops {
+		queues = append(queues, q)
+	}
+	every(ctx, c.cfg.LeaseDuration/3, func() {
+		c.extendLeases(ctx)
+		c.rescueExpired(ctx, queues)
+	})
+}
+
+// extendLeases extends every lease this client holds in one statement and
+// cancels the handlers of jobs that are no longer its own.
+func (c *Client) extendLeases(ctx context.Context) {
+	var ids []int64
+	c.leases.Range(func(k, _ any) bool {
+		ids = append(ids, k.(int64))
+		return true
+	})
+	if len(ids) == 0 {
+		return
+	}
+	rows, err := c.pool.Query(ctx, c.sql.extendLeases, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id)
+	held := map[int64]bool{}
+	if err == nil {
+		err = collectIDs(rows, held)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("extending leases failed", zap.Error(err), zap.Int("jobs", len(ids)))
+		}
+		return
+	}
+	c.metrics.heartbeats.Inc()
+	for _, id := range ids {
+		if !held[id] {
+			if v, ok := c.leases.Load(id); ok {
+				v.(*leasedRun).cancel(ErrLeaseLost)
+			}
+		}
+	}
+}
+
+// rescueExpired records the attempts of expired leases on queues as failed
+// (retry with backoff, or failed for good), up to 100 per call.
+func (c *Client) rescueExpired(ctx context.Context, queues []string) {
+	type expired struct {
+		job Job
+	}
+	var found []expired
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, c.sql.expiredLeases, queues)
+		if err != nil {
+			return err
+		}
+		found = found[:0]
+		for rows.Next() {
+			var e expired
+			var attempts, maxAttempts int32
+			if err := rows.Scan(&e.job.ID, &e.job.Queue, &e.job.Kind, &attempts, &maxAttempts); err != nil {
+				rows.Close()
+				return err
+			}
+			e.job.Attempt, e.job.MaxAttempts = int(attempts), int(maxAttempts)
+			found = append(found, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range found {
+			j := &found[i].job
+			d := c.decide(j)
+			if _, err := tx.Exec(ctx, c.sql.failLeased, j.ID, int32(j.Attempt), errLeaseExpired.Error(), d.state,
+				float64(d.delay.Microseconds()), c.channel, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("rescuing expired leases failed", zap.Error(err))
+		}
+		return
+	}
+	for i := range found {
+		j := &found[i].job
+		c.metrics.rescued.WithLabelValues(j.Queue).Inc()
+		c.log.Named("worker").Warn("rescued a job whose lease expired", zap.Int64("job_id", j.ID), zap.String("queue", j.Queue),
+			zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt))
+		if l, ok := c.loops[j.Queue]; ok {
+			l.wake(sourceScheduled, c.cfg.Backoff(j.Attempt))
+		}
+	}
+}

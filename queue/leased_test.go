@@ -1,0 +1,225 @@
+package queue_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// leasedEnv is an env on a pool of its own whose sessions carry app as
+// application_name.
+func leasedEnv(t *testing.T, app string, maxConns int32, cfg queue.Config) *env {
+	t.Helper()
+	return newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = maxConns
+		c.ConnConfig.RuntimeParams["application_name"] = app
+	}), cfg)
+}
+
+// A leased job's handler runs with no transaction open (none idle in
+// transaction, no xid or xmin held) across several lease extensions; its
+// writes through tx commit with its completion.
+func TestLeasedJobHoldsNoTransaction(t *testing.T) {
+	t.Parallel()
+	const app = "pgwake_leased_notx"
+	running := make(chan struct{})
+	release := make(chan struct{})
+	var schema string
+	e := leasedEnv(t, app, 8, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"long"},
+		LeaseDuration: 300 * time.Millisecond,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			close(running)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			return effect(ctx, tx, schema, j) // commits with the completion
+		})},
+	})
+	schema = e.schema
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
+	require.NoError(t, err)
+	e.run()
+	<-running
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'running' AND attempts = 1 AND lease_expires_at > now()`, r.ID))
+	// Several heartbeat intervals: the lease is extended, no transaction held.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		// A statement running right now (a claim, the heartbeat) holds a
+		// snapshot while it runs, and an empty claim's transaction lives for
+		// two round trips; nothing may sit in one for a heartbeat interval.
+		require.Zero(t, e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1
+			AND pid <> pg_backend_pid() AND state <> 'active'
+			AND state_change < clock_timestamp() - interval '100 milliseconds'
+			AND (state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)`, app))
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, e.metric("pgwake_worker_lease_heartbeats_total", nil), 2.0)
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'running' AND lease_expires_at > now()`, r.ID), "lease kept alive")
+	close(release)
+	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID) == 1 })
+	require.Equal(t, 1, e.effectCounts()[r.ID])
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// A worker that lost its lease cannot complete the job: its handler's
+// context is cancelled, its completion transaction rolls back.
+func TestLeasedJobLostLeaseCannotComplete(t *testing.T) {
+	t.Parallel()
+	running := make(chan struct{})
+	var cause atomic.Value
+	var schema string
+	e := leasedEnv(t, "pgwake_leased_lost", 8, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"long"},
+		LeaseDuration: 300 * time.Millisecond,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if err := effect(ctx, tx, schema, j); err != nil {
+				return err
+			}
+			close(running)
+			<-ctx.Done()
+			cause.Store(context.Cause(ctx))
+			return nil // claims success: must be refused
+		})},
+	})
+	schema = e.schema
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
+	require.NoError(t, err)
+	e.run()
+	<-running
+	// Another worker rescued it and holds it now.
+	_, err = e.pool.Exec(context.Background(), `UPDATE `+e.table("jobs")+` SET leased_by = 'another-worker' WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "handler cancelled", func() bool { return cause.Load() != nil })
+	require.ErrorIs(t, cause.Load().(error), queue.ErrLeaseLost)
+	waitFor(t, 10*time.Second, "outcome reported", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "lease_lost"}) == 1
+	})
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'running' AND leased_by = 'another-worker'`, r.ID))
+	require.Zero(t, e.effectCounts()[r.ID], "the completion transaction committed")
+}
+
+// A leased job whose process is SIGKILLed is rescued after its lease and
+// completed exactly once by another worker; the lost attempt counts.
+func TestLeasedJobOfAKilledProcessIsRescued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "effect", Payload: map[string]any{"hang": true}})
+	require.NoError(t, err)
+	cmd := startHelperWith(t, e, 0, "PGWAKE_TEST_LEASED=effect")
+	waitFor(t, 30*time.Second, "leased job running", func() bool { return e.count(`id = $1 AND state = 'running'`, r.ID) == 1 })
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	rescuer := newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"effect"},
+		LeaseDuration: 300 * time.Millisecond,
+		Backoff:       fastBackoff,
+		Handlers:      map[string]queue.Handler{"effect": effectHandler(e.schema, 0)},
+	})
+	rescuer.run()
+	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, r.ID) == 1 })
+	require.Equal(t, 1, e.count(`id = $1 AND attempts = 2 AND last_error LIKE 'lease expired%'`, r.ID))
+	require.Equal(t, 1, e.effectCounts()[r.ID], "effects through the completion transaction")
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	require.Equal(t, 1.0, rescuer.metric("pgwake_worker_leases_rescued_total", nil))
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// Cancel reaches a running leased job: its handler's context ends at once,
+// and the job ends cancelled, without retry.
+func TestCancelRunningLeasedJob(t *testing.T) {
+	t.Parallel()
+	running := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	e := leasedEnv(t, "pgwake_leased_cancel", 8, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds: []string{"long"},
+		Backoff:     fastBackoff,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			close(running)
+			<-ctx.Done()
+			ended <- time.Now()
+			return context.Cause(ctx)
+		})},
+	})
+	e.run()
+	// The cancel notification needs the listener: wait until it listens
+	// (without it, the next lease extension still finds the job cancelled).
+	waitFor(t, 10*time.Second, "listener", func() bool {
+		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
+	})
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
+	require.NoError(t, err)
+	<-running
+	asked := time.Now()
+	require.NoError(t, e.c.Cancel(context.Background(), r.ID))
+	select {
+	case at := <-ended:
+		t.Logf("handler cancelled %s after Cancel returned", at.Sub(asked))
+		require.Less(t, at.Sub(asked), 2*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running handler was not cancelled")
+	}
+	waitFor(t, 10*time.Second, "outcome reported", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "lease_lost"}) == 1
+	})
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled' AND attempts = 1`, r.ID))
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}, e.eventTypes(r.ID))
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// Thousands of concurrent leased jobs that wait on something else run on a
+// pool of 20 connections, each exactly once.
+func TestLeasedConcurrencyIsNotBoundedByThePool(t *testing.T) {
+	t.Parallel()
+	n := 5000
+	if testing.Short() || os.Getenv("PGWAKE_QUICK") != "" {
+		n = 1000
+	}
+	const sleep = time.Second
+	var inFlight, peak atomic.Int64
+	e := leasedEnv(t, "pgwake_leased_many", 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: n}},
+		LeasedKinds:    []string{"sleep"},
+		AllowSmallPool: true, // leased jobs hold no connection while they run
+		Handlers: map[string]queue.Handler{"sleep": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			cur := inFlight.Add(1)
+			for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+			}
+			time.Sleep(sleep)
+			inFlight.Add(-1)
+			return nil
+		})},
+	})
+	jobs := make([]queue.NewJob, n)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "sleep"}
+	}
+	for i := 0; i < n; i += 1000 {
+		_, err := e.c.EnqueueMany(context.Background(), jobs[i:min(i+1000, n)])
+		require.NoError(t, err)
+	}
+	begin := time.Now()
+	e.run()
+	waitFor(t, 120*time.Second, "all done", func() bool { return e.count(`state = 'succeeded'`) == n })
+	took := time.Since(begin)
+	t.Logf("%d jobs of %s on 20 connections: %s (ideal %s), peak %d running at once", n, sleep, took, sleep, peak.Load())
+	require.Equal(t, n, e.count(`state = 'succeeded' AND attempts = 1`), "a job ran twice")
+	require.Greater(t, peak.Load(), int64(20), "concurrency capped by the pool")
+}
