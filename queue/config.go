@@ -118,6 +118,31 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Defaults of Config and QueueConfig, filled in by New.
+const (
+	DefaultMaxWorkers      = 10
+	DefaultJobTimeout      = time.Minute
+	DefaultPollInterval    = 2 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultMaxBatch        = 32
+	DefaultBatchTarget     = 2 * time.Millisecond
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultMaxErrorBytes   = 4096
+	DefaultLeaseDuration   = 30 * time.Second
+)
+
+// Limits New enforces (also used by pgwake worker and the Watermill
+// subscriber).
+const (
+	MaxMaxWorkers      = 10000                 // QueueConfig.MaxWorkers at most
+	MinPollInterval    = 10 * time.Millisecond // Config.PollInterval at least
+	MaxMaxBatch        = 1000                  // Config.MaxBatch at most
+	MinLeaseDuration   = 100 * time.Millisecond
+	MinMaxErrorBytes   = 64
+	MinMaxPayloadBytes = 2
+)
+
 // ErrUnknownKind fails an attempt whose kind has no handler.
 var ErrUnknownKind = errors.New("no handler registered for kind")
 
@@ -132,34 +157,34 @@ func (c Config) withDefaults() Config {
 		c.Schema = migrations.DefaultSchema
 	}
 	if c.JobTimeout == 0 {
-		c.JobTimeout = time.Minute
+		c.JobTimeout = DefaultJobTimeout
 	}
 	if c.PollInterval == 0 {
-		c.PollInterval = 2 * time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.MaxBatch == 0 {
-		c.MaxBatch = 32
+		c.MaxBatch = DefaultMaxBatch
 	}
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = 30 * time.Second
+		c.LeaseDuration = DefaultLeaseDuration
 	}
 	if c.BatchTarget == 0 {
-		c.BatchTarget = 2 * time.Millisecond
+		c.BatchTarget = DefaultBatchTarget
 	}
 	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = 1 << 20
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if c.MaxErrorBytes == 0 {
-		c.MaxErrorBytes = 4096
+		c.MaxErrorBytes = DefaultMaxErrorBytes
 	}
 	if c.Logger == nil {
 		c.Logger = DefaultLogger()
@@ -168,7 +193,7 @@ func (c Config) withDefaults() Config {
 	qs := make(map[string]QueueConfig, len(c.Queues))
 	for name, qc := range c.Queues {
 		if qc.MaxWorkers == 0 {
-			qc.MaxWorkers = 10
+			qc.MaxWorkers = DefaultMaxWorkers
 		}
 		qs[name] = qc
 	}
@@ -187,8 +212,8 @@ func (c Config) validate() error {
 		if err := ValidateQueue(name); err != nil {
 			return fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
 		}
-		if qc.MaxWorkers < 1 || qc.MaxWorkers > 10000 {
-			return bad("Queues[%q].MaxWorkers %d is outside 1..10000", name, qc.MaxWorkers)
+		if qc.MaxWorkers < 1 || qc.MaxWorkers > MaxMaxWorkers {
+			return bad("Queues[%q].MaxWorkers %d is outside 1..%d", name, qc.MaxWorkers, MaxMaxWorkers)
 		}
 	}
 	for kind, h := range c.Handlers {
@@ -209,11 +234,11 @@ func (c Config) validate() error {
 			return bad("LeasedKinds names %q, a kind with no handler", kind)
 		}
 	}
-	if c.LeaseDuration < 100*time.Millisecond {
-		return bad("LeaseDuration %s is below 100ms", c.LeaseDuration)
+	if c.LeaseDuration < MinLeaseDuration {
+		return bad("LeaseDuration %s is below %s", c.LeaseDuration, MinLeaseDuration)
 	}
-	if c.PollInterval < 10*time.Millisecond {
-		return bad("PollInterval %s is below 10ms", c.PollInterval)
+	if c.PollInterval < MinPollInterval {
+		return bad("PollInterval %s is below %s", c.PollInterval, MinPollInterval)
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
@@ -221,17 +246,17 @@ func (c Config) validate() error {
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("%w: MaxAttempts: %w (got %d)", ErrInvalidConfig, ErrInvalidMaxAttempts, c.MaxAttempts)
 	}
-	if c.MaxBatch < 1 || c.MaxBatch > 1000 {
-		return bad("MaxBatch %d is outside 1..1000", c.MaxBatch)
+	if c.MaxBatch < 1 || c.MaxBatch > MaxMaxBatch {
+		return bad("MaxBatch %d is outside 1..%d", c.MaxBatch, MaxMaxBatch)
 	}
 	if c.BatchTarget < 0 {
 		return bad("BatchTarget %s is negative", c.BatchTarget)
 	}
-	if c.MaxPayloadBytes < 2 {
-		return bad("MaxPayloadBytes %d is below 2", c.MaxPayloadBytes)
+	if c.MaxPayloadBytes < MinMaxPayloadBytes {
+		return bad("MaxPayloadBytes %d is below %d", c.MaxPayloadBytes, MinMaxPayloadBytes)
 	}
-	if c.MaxErrorBytes < 64 {
-		return bad("MaxErrorBytes %d is below 64", c.MaxErrorBytes)
+	if c.MaxErrorBytes < MinMaxErrorBytes {
+		return bad("MaxErrorBytes %d is below %d", c.MaxErrorBytes, MinMaxErrorBytes)
 	}
 	return c.Retention.validate()
 }

@@ -87,12 +87,33 @@ const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.m
 	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
 	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8`
 
+// tables are the quoted names statements are built with.
+type tables struct {
+	schema, jobs, events, waiters, attempts, wakeNeeded string
+}
+
 func newStatements(schema string) statements {
-	jobs := sqlident.Quote(schema, "jobs")
-	events := sqlident.Quote(schema, "events")
-	waiters := sqlident.Quote(schema, "waiters")
-	attempts := sqlident.Quote(schema, "attempts")
-	wakeNeeded := sqlident.Quote(schema, "wake_needed")
+	t := tables{
+		schema:     schema,
+		jobs:       sqlident.Quote(schema, "jobs"),
+		events:     sqlident.Quote(schema, "events"),
+		waiters:    sqlident.Quote(schema, "waiters"),
+		attempts:   sqlident.Quote(schema, "attempts"),
+		wakeNeeded: sqlident.Quote(schema, "wake_needed"),
+	}
+	var s statements
+	s.enqueueStatements(t)
+	s.claimStatements(t)
+	s.outcomeStatements(t)
+	s.leasedStatements(t)
+	s.waiterStatements(t)
+	s.retentionStatements(t)
+	return s
+}
+
+// enqueueStatements: jobs and events: enqueue.
+func (s *statements) enqueueStatements(t tables) {
+	jobs, events, wakeNeeded := t.jobs, t.events, t.wakeNeeded
 	// The wake payload: the queue, plus "|<ms>" when its earliest new job is
 	// that far in the future (parsed by parseWake).
 	enqueueTail := `
@@ -108,8 +129,7 @@ func newStatements(schema string) statements {
 	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
 )
 SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
-	return statements{
-		enqueue: `
+	s.enqueue = `
 WITH input AS (
 	SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::jsonb[]),
 		pg_catalog.unnest($4::smallint[]), pg_catalog.unnest($5::timestamptz[]), pg_catalog.unnest($6::float8[]),
@@ -118,31 +138,34 @@ WITH input AS (
 ), ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
 	SELECT queue, kind, payload, priority, coalesce(run_after, now() + delay_us * interval '1 microsecond'), max_attempts, unique_key
-	FROM input ORDER BY ord` + enqueueTail,
-
-		enqueueOne: `
+	FROM input ORDER BY ord` + enqueueTail
+	s.enqueueOne = `
 WITH ins AS (
 	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
-	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::float8 * interval '1 microsecond'), $7, $8)` + enqueueTail,
+	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::float8 * interval '1 microsecond'), $7, $8)` + enqueueTail
+	s.uniqueHolders = `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state IN ('pending', 'running')`
+}
 
-		claim:           claimBatchSQL(jobs, attempts, ""),
-		claimAfter:      claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)"),
-		claimOne:        claimPlainSQL(jobs, attempts, "", "1"),
-		claimPlain:      claimPlainSQL(jobs, attempts, "", "$2::int"),
-		claimPlainAfter: claimPlainSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int"),
-		claimRecovered: `
+// claimStatements: jobs and attempts: claims.
+func (s *statements) claimStatements(t tables) {
+	jobs, attempts := t.jobs, t.attempts
+	s.claim = claimBatchSQL(jobs, attempts, "")
+	s.claimAfter = claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
+	s.claimOne = claimPlainSQL(jobs, attempts, "", "1")
+	s.claimPlain = claimPlainSQL(jobs, attempts, "", "$2::int")
+	s.claimPlainAfter = claimPlainSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int")
+	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
 WHERE a.queue = $1 AND j.queue = $1 AND j.state = 'pending'
 ORDER BY a.started_at
 LIMIT 1
-FOR UPDATE OF j SKIP LOCKED`,
-
-		// The claim index is ordered by priority first, so walk the queue's
-		// distinct priorities (one index probe each) and take the earliest
-		// future run_after of each: a few probes instead of a second index
-		// on every enqueue.
-		next: `
+FOR UPDATE OF j SKIP LOCKED`
+	// The claim index is ordered by priority first, so walk the queue's
+	// distinct priorities (one index probe each) and take the earliest
+	// future run_after of each: a few probes instead of a second index
+	// on every enqueue.
+	s.next = `
 WITH RECURSIVE p(priority) AS (
 	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
 	UNION ALL
@@ -154,16 +177,19 @@ SELECT extract(epoch FROM min((
 	SELECT j.run_after FROM ` + jobs + ` j
 	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
 	ORDER BY j.run_after LIMIT 1)) - clock_timestamp())::float8 * 1000::float8
-FROM p WHERE p.priority IS NOT NULL`,
+FROM p WHERE p.priority IS NOT NULL`
+}
 
-		recordStarts: `
+// outcomeStatements: jobs, events and attempts: attempt records and outcomes.
+func (s *statements) outcomeStatements(t tables) {
+	jobs, events, attempts := t.jobs, t.events, t.attempts
+	s.recordStarts = `
 INSERT INTO ` + attempts + ` (job_id, queue, attempt, batch, client_id, isolation)
 SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($3::int[])) AS t(id, attempt)
 ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, batch = EXCLUDED.batch,
-	client_id = EXCLUDED.client_id, isolation = EXCLUDED.isolation, started_at = EXCLUDED.started_at`,
-		forgetStarts: `DELETE FROM ` + attempts + ` WHERE job_id = ANY($1::bigint[]) AND client_id = $2::text`,
-
-		succeed: `
+	client_id = EXCLUDED.client_id, isolation = EXCLUDED.isolation, started_at = EXCLUDED.started_at`
+	s.forgetStarts = `DELETE FROM ` + attempts + ` WHERE job_id = ANY($1::bigint[]) AND client_id = $2::text`
+	s.succeed = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'succeeded', attempts = attempts + 1, finished_at = clock_timestamp()
 	WHERE id = ANY($1::bigint[]) AND state = 'pending'
@@ -174,9 +200,8 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`,
-
-		fail: `
+SELECT id FROM j`
+	s.fail = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
 		attempts = attempts + 1,
@@ -198,11 +223,10 @@ WITH j AS (
 	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
 	FROM j WHERE state = 'pending'
 )
-SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
-
-		// A running (leased) job is cancelled too, and its worker told to
-		// cancel the handler ("!cancel|<id>": '!' starts no queue name).
-		cancel: `
+SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`
+	// A running (leased) job is cancelled too, and its worker told to
+	// cancel the handler ("!cancel|<id>": '!' starts no queue name).
+	s.cancel = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL
 	WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'running')
@@ -215,9 +239,31 @@ WITH j AS (
 ), tell AS (
 	SELECT pg_catalog.pg_notify($2::text, '!cancel|' || id::text) FROM j WHERE leased_by IS NOT NULL
 )
-SELECT id, (SELECT count(*) FROM tell) FROM j`,
+SELECT id, (SELECT count(*) FROM tell) FROM j`
+	s.retry = `
+WITH j AS (
+	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,
+		max_attempts = greatest(max_attempts, attempts + 1)
+	WHERE id = $1 AND state = 'failed'
+	RETURNING id, queue, kind, attempts, run_after
+), ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, 'retried', queue, kind, attempts, pg_catalog.jsonb_build_object('run_after', run_after) FROM j
+), wake AS (
+	SELECT pg_catalog.pg_notify($2, queue) FROM j
+)
+SELECT id, (SELECT count(*) FROM wake) FROM j`
+	// Attempt records whose job finished some other way (cancelled by
+	// an operator after its worker died, deleted by hand).
+	s.lostQueues = `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`
+	s.pruneStarts = `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
+	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND j.state = 'pending')`
+}
 
-		startLeased: `
+// leasedStatements: jobs and events: leased mode.
+func (s *statements) leasedStatements(t tables) {
+	jobs, events := t.jobs, t.events
+	s.startLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'running', attempts = attempts + 1, leased_by = $3::text,
 		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
@@ -227,18 +273,18 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'started', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`,
-		extendLeases: `
+SELECT id FROM j`
+	s.extendLeases = `
 UPDATE ` + jobs + ` SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
 WHERE id = ANY($1::bigint[]) AND state = 'running' AND leased_by = $3::text
-RETURNING id`,
-		expiredLeases: `
+RETURNING id`
+	s.expiredLeases = `
 SELECT id, queue, kind, attempts, max_attempts FROM ` + jobs + `
 WHERE state = 'running' AND queue = ANY($1::text[]) AND lease_expires_at < clock_timestamp()
 ORDER BY lease_expires_at
 LIMIT 100
-FOR UPDATE SKIP LOCKED`,
-		succeedLeased: `
+FOR UPDATE SKIP LOCKED`
+	s.succeedLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
 	WHERE id = $1 AND attempts = $2 AND state = 'running' AND leased_by = $3::text
@@ -247,8 +293,8 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j
 )
-SELECT id FROM j`,
-		failLeased: `
+SELECT id FROM j`
+	s.failLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
 		last_error = $3::text,
@@ -269,41 +315,29 @@ WITH j AS (
 	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
 	FROM j WHERE state = 'pending'
 )
-SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`,
+SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`
+}
 
-		retry: `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,
-		max_attempts = greatest(max_attempts, attempts + 1)
-	WHERE id = $1 AND state = 'failed'
-	RETURNING id, queue, kind, attempts, run_after
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'retried', queue, kind, attempts, pg_catalog.jsonb_build_object('run_after', run_after) FROM j
-), wake AS (
-	SELECT pg_catalog.pg_notify($2, queue) FROM j
-)
-SELECT id, (SELECT count(*) FROM wake) FROM j`,
+// waiterStatements: waiters: the wake-up protocol.
+func (s *statements) waiterStatements(t tables) {
+	waiters := t.waiters
+	s.setWaiter = `INSERT INTO ` + waiters + ` (queue, client_id, idle) VALUES ($1, $2, $3)
+ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`
+	// A missing row (crash recovery empties the unlogged table) comes
+	// back idle: an extra NOTIFY is harmless, a missing one costs latency.
+	s.heartbeat = `INSERT INTO ` + waiters + ` (queue, client_id) SELECT pg_catalog.unnest($1::text[]), $2
+ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`
+	s.dropWaiters = `DELETE FROM ` + waiters + ` WHERE client_id = $1`
+	s.pruneWaiters = `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`
+	// Tried, never waited for: a waiting exclusive request would stall
+	// every producer behind it.
+	s.idleBarrier = `SELECT pg_catalog.pg_try_advisory_xact_lock(` + sqlident.Quote(t.schema, "wake_lock_key") + `($1::text))`
+}
 
-		setWaiter: `INSERT INTO ` + waiters + ` (queue, client_id, idle) VALUES ($1, $2, $3)
-ON CONFLICT (queue, client_id) DO UPDATE SET idle = EXCLUDED.idle, heartbeat_at = now()`,
-		// A missing row (crash recovery empties the unlogged table) comes
-		// back idle: an extra NOTIFY is harmless, a missing one costs latency.
-		heartbeat: `INSERT INTO ` + waiters + ` (queue, client_id) SELECT pg_catalog.unnest($1::text[]), $2
-ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`,
-		dropWaiters:  `DELETE FROM ` + waiters + ` WHERE client_id = $1`,
-		pruneWaiters: `DELETE FROM ` + waiters + ` WHERE heartbeat_at < now() - interval '10 minutes'`,
-		// Attempt records whose job finished some other way (cancelled by
-		// an operator after its worker died, deleted by hand).
-		lostQueues: `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`,
-		pruneStarts: `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
-	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND j.state = 'pending')`,
-		// Tried, never waited for: a waiting exclusive request would stall
-		// every producer behind it.
-		idleBarrier:    `SELECT pg_catalog.pg_try_advisory_xact_lock(` + sqlident.Quote(schema, "wake_lock_key") + `($1::text))`,
-		uniqueHolders:  `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state IN ('pending', 'running')`,
-		deleteFinished: deleteFinishedSQL(jobs),
-	}
+// retentionStatements: jobs: retention.
+func (s *statements) retentionStatements(t tables) {
+	jobs := t.jobs
+	s.deleteFinished = deleteFinishedSQL(jobs)
 }
 
 // claimableSQL is the condition every normal claim puts on a job: pending,

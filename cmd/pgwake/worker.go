@@ -104,8 +104,8 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	if o.queues, err = parseQueues(*queues); err != nil {
 		return err
 	}
-	if o.concurrency < 1 || o.concurrency > 10000 {
-		return usagef("--concurrency %d is outside 1..10000", o.concurrency)
+	if o.concurrency < 1 || o.concurrency > queue.MaxMaxWorkers {
+		return usagef("--concurrency %d is outside 1..%d", o.concurrency, queue.MaxMaxWorkers)
 	}
 	if o.handlers, err = parseHandlers(handlerFlags); err != nil {
 		return err
@@ -113,8 +113,8 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	if o.kindTimeouts, err = parseKindTimeouts(timeoutFlags, o.handlers); err != nil {
 		return err
 	}
-	if o.pollInterval < 10*time.Millisecond {
-		return usagef("--poll-interval %s is below 10ms", o.pollInterval)
+	if o.pollInterval < queue.MinPollInterval {
+		return usagef("--poll-interval %s is below %s", o.pollInterval, queue.MinPollInterval)
 	}
 	if o.retryBackoff <= 0 {
 		return usagef("--retry-backoff must be positive")

@@ -142,11 +142,11 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	if cfg.CloseTimeout < 0 {
 		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
 	}
-	if cfg.MaxBatch < 1 || cfg.MaxBatch > 1000 {
-		return nil, fmt.Errorf("%w: MaxBatch %d is outside 1..1000", ErrInvalidConfig, cfg.MaxBatch)
+	if cfg.MaxBatch < 1 || cfg.MaxBatch > queue.MaxMaxBatch {
+		return nil, fmt.Errorf("%w: MaxBatch %d is outside 1..%d", ErrInvalidConfig, cfg.MaxBatch, queue.MaxMaxBatch)
 	}
-	if cfg.PollInterval < 10*time.Millisecond {
-		return nil, fmt.Errorf("%w: PollInterval %s is below 10ms", ErrInvalidConfig, cfg.PollInterval)
+	if cfg.PollInterval < queue.MinPollInterval {
+		return nil, fmt.Errorf("%w: PollInterval %s is below %s", ErrInvalidConfig, cfg.PollInterval, queue.MinPollInterval)
 	}
 	return &Subscriber{
 		pool: pool,
