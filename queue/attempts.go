@@ -45,20 +45,40 @@ func nextIsolation(la *lostAttempt, j *Job) (level int, count bool) {
 	return la.isolation + 1, false
 }
 
-// recordStarts records, on a pool connection and in its own transaction,
-// that the attempts of b's jobs started.
-func (c *Client) recordStarts(ctx context.Context, b *batch, level int) error {
+// sendStarts sends the record that the attempts of b's jobs started, on a
+// pool connection and in a transaction of its own, and returns once the
+// statement is written to the server (the handlers may start: a worker
+// that dies now has handed the record over); wait returns its result.
+// Reading the result overlaps the handlers, so the record costs the
+// critical path no round trip.
+func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func() error, err error) {
 	ids := make([]int64, len(b.jobs))
 	attempts := make([]int32, len(b.jobs))
 	for i, cj := range b.jobs {
 		ids[i], attempts[i] = cj.job.ID, int32(cj.job.Attempt)
 	}
-	// One autocommit statement; the table is unlogged, so its commit
-	// waits for no WAL flush.
-	if _, err := c.pool.Exec(ctx, c.sql.recordStarts, ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level)); err != nil {
-		return fmt.Errorf("record attempt start: %w", err)
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("record attempt start: %w", err)
 	}
-	return nil
+	// One autocommit statement; the table is unlogged, so its commit waits
+	// for no WAL flush. SendBatch flushes the statement before it returns
+	// (a statement new to the connection is described first, once).
+	pb := &pgx.Batch{}
+	pb.Queue(c.sql.recordStarts, ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level))
+	br := conn.Conn().SendBatch(ctx, pb)
+	done := make(chan error, 1)
+	go func() {
+		err := br.Close()
+		conn.Release()
+		done <- err
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return fmt.Errorf("record attempt start: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // forgetStarts deletes our records of jobs that never started (best effort:

@@ -72,13 +72,12 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 
 // loopState is what the dispatcher carries from one turn to the next.
 type loopState struct {
-	source       string    // why the next look happens
-	nextAt       time.Time // earliest future run_after known
-	errBackoff   time.Duration
-	waiter       int          // waiter state as last written
-	cursor       *claimCursor // where the last claim ended, while a backlog lasts
-	sinceHead    int          // claims in a row that started at the cursor
-	lastRecovery time.Time    // last look for lost attempts
+	source     string    // why the next look happens
+	nextAt     time.Time // earliest future run_after known
+	errBackoff time.Duration
+	waiter     int          // waiter state as last written
+	cursor     *claimCursor // where the last claim ended, while a backlog lasts
+	sinceHead  int          // claims in a row that started at the cursor
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -120,14 +119,14 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 }
 
 // claimNext claims what the loop should run next: a job whose attempt was
-// lost (looked for at start, after a resync or a release, and at least every
-// PollInterval), else a batch. With nothing due it returns the time of the
+// lost (looked for at start, after a resync, a release or a poll), else a
+// batch. With nothing due it returns the time of the
 // queue's earliest delayed job (zero if none).
 func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.Time, error) {
-	switch {
-	case s.source == sourceStart, s.source == sourceResync, s.source == sourceReleased,
-		s.source == sourcePoll, s.source == sourceRecovered, time.Since(s.lastRecovery) > l.c.cfg.PollInterval:
-		s.lastRecovery = time.Now()
+	// Not on every claim: the heartbeat (wakeForLost) sends a released
+	// wake-up when old attempt records exist.
+	switch s.source {
+	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered:
 		b, err := l.c.claimRecovered(ctx, l.queue)
 		if err != nil || b != nil {
 			if b != nil {

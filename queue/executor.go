@@ -61,16 +61,23 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		c.exclusive.RLock()
 		defer c.exclusive.RUnlock()
 	}
-	if err := c.recordStarts(rctx, b, level); err != nil {
+	recorded, err := c.sendStarts(rctx, b, level)
+	if err != nil {
 		b.stop()
 		b.release()
 		l.log.Warn("could not record that attempts started; the jobs stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
-		// The record may have committed with its answer lost: look for it.
-		time.AfterFunc(claimBackoffFirst, func() { l.wake(sourceReleased, 0) })
+		l.wake(sourceReleased, 0)
 		return
 	}
 	run := c.runJobs(hardCtx, rctx, b, l)
 	unstarted := b.stop()
+	if err := recorded(); err != nil {
+		// The handlers ran unprotected: had the worker died, their attempts
+		// would not count. Their outcomes are recorded as usual.
+		l.log.Warn("could not record that attempts started", zap.Error(err), zap.Int("jobs", len(b.jobs)))
+		// The record may have committed with its answer lost: look for it.
+		time.AfterFunc(time.Second, func() { l.wake(sourceReleased, 0) })
+	}
 	if run.broken == nil {
 		err := c.complete(rctx, b, &run)
 		if err == nil {

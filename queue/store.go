@@ -213,17 +213,7 @@ WITH j AS (
 	RETURNING id, queue, kind, attempts, state, run_after
 ), a AS (
 	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
-		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
-		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
-	FROM j
-), wake AS (
-	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
-	FROM j WHERE state = 'pending'
-)
-SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`
+)` + failedTailSQL(events)
 	// A running (leased) job is cancelled too, and its worker told to
 	// cancel the handler ("!cancel|<id>": '!' starts no queue name).
 	s.cancel = `
@@ -305,17 +295,7 @@ WITH j AS (
 	WHERE id = $1 AND attempts = $2 AND state = 'running'
 	  AND CASE WHEN $7::text = '' THEN lease_expires_at < clock_timestamp() ELSE leased_by = $7::text END
 	RETURNING id, queue, kind, attempts, state, run_after
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
-		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
-		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
-	FROM j
-), wake AS (
-	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
-	FROM j WHERE state = 'pending'
-)
-SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`
+)` + failedTailSQL(events)
 }
 
 // waiterStatements: waiters: the wake-up protocol.
@@ -404,4 +384,22 @@ WITH expired AS (
 )
 DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
 RETURNING j.state`
+}
+
+// failedTailSQL follows a CTE j that moved a job after a failed attempt
+// (RETURNING id, queue, kind, attempts, state, run_after): the
+// retry_scheduled or failed event, the wake-up for a retry ($6: channel),
+// and the row (state, ms until the retry, wake count). $3 is the error.
+func failedTailSQL(events string) string {
+	return `, ev AS (
+	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
+	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
+		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
+		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
+	FROM j
+), wake AS (
+	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)
+	FROM j WHERE state = 'pending'
+)
+SELECT state, extract(epoch FROM run_after - clock_timestamp())::float8 * 1000::float8, (SELECT count(*) FROM wake) FROM j`
 }

@@ -77,17 +77,21 @@ type workerOptions struct {
 	metricsAddr     string
 	listenerURL     string
 	retention       queue.Retention
+	leased          []string
+	leaseDuration   time.Duration
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	var handlerFlags, timeoutFlags multiFlag
+	var handlerFlags, timeoutFlags, leasedFlags multiFlag
 	var o workerOptions
 	queues := fs.String("queues", queue.DefaultQueue, "comma-separated queues to work")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once per queue")
 	fs.Var(&handlerFlags, "handler", "KIND=exec:COMMAND, repeatable")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", time.Minute, "longest one attempt may run; 0 or negative: no limit")
 	fs.Var(&timeoutFlags, "kind-timeout", "KIND=DURATION, overrides --job-timeout for a kind, repeatable")
+	fs.Var(&leasedFlags, "leased", "KIND: run that kind in leased mode (claim commits, no transaction held while the command runs, lease renewed by heartbeat), repeatable")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", queue.DefaultLeaseDuration, "how long a leased job's claim lasts without a heartbeat (renewed every third of it)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "longest a worker waits without looking when no NOTIFY arrives")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
@@ -113,6 +117,12 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	if o.kindTimeouts, err = parseKindTimeouts(timeoutFlags, o.handlers); err != nil {
 		return err
 	}
+	for _, k := range leasedFlags {
+		if _, ok := o.handlers[k]; !ok {
+			return usagef("--leased %q: no --handler for that kind", k)
+		}
+	}
+	o.leased = leasedFlags
 	if o.pollInterval < queue.MinPollInterval {
 		return usagef("--poll-interval %s is below %s", o.pollInterval, queue.MinPollInterval)
 	}
@@ -174,6 +184,8 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		PollInterval:       o.pollInterval,
 		ShutdownTimeout:    o.shutdownTimeout,
 		Retention:          o.retention,
+		LeasedKinds:        o.leased,
+		LeaseDuration:      o.leaseDuration,
 		Backoff:            func(attempt int) time.Duration { return exponentialBackoff(base, attempt) },
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
