@@ -128,14 +128,16 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 
 	q := sqlident.Quote(schema)
 	// Two migrators creating the schema at once: one of the IF NOT EXISTS
-	// statements fails on a catalog unique index; the next try sees it.
+	// statements fails on a catalog unique index (or finds the other's row
+	// type); the next try sees the object.
 	for try := 0; ; try++ {
 		err := createBookkeeping(ctx, conn.Conn(), q)
 		if err == nil {
 			break
 		}
 		var pgErr *pgconn.PgError
-		if try < 3 && errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		// unique_violation, duplicate_object, duplicate_table, duplicate_schema
+		if try < 5 && errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42710" || pgErr.Code == "42P07" || pgErr.Code == "42P06") {
 			continue
 		}
 		return nil, err
