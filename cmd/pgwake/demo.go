@@ -505,14 +505,15 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c demoCoun
 		"poll":      "the poll fallback (notifications missed)",
 		"start":     "first look after start",
 		"resync":    "the listener (re)connected",
-		"released":  "a claim of this process rolled back, freeing jobs",
+		"released":  "a claim of this process was lost, or handed jobs back unstarted",
+		"recovered": "an attempt that began and recorded no outcome (run again, or counted)",
 		"recheck":   "a short second look while a producer may have skipped its NOTIFY",
 	}
 	var total float64
 	for _, v := range claims {
 		total += v
 	}
-	order := []string{"notify", "busy", "scheduled", "poll", "start", "resync", "released", "recheck"}
+	order := []string{"notify", "busy", "scheduled", "poll", "start", "resync", "released", "recovered", "recheck"}
 	var extra []string
 	for src := range claims {
 		if !contains(order, src) {
