@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -122,21 +123,34 @@ func (c *Client) countLost(ctx context.Context, b *batch, l *queueLoop) {
 // records it in tx. state "" means the attempt was superseded (someone else
 // recorded it first).
 func (c *Client) recordFailure(ctx context.Context, tx pgx.Tx, j *Job, herr error) (failRecord, error) {
+	r, _, err := c.writeFailure(ctx, tx, c.sql.fail, int32(j.Attempt-1), j, herr)
+	return r, err
+}
+
+// writeFailure applies the retry policy to a failed attempt of j and runs
+// stmt, a fail statement ($1 id, $2 attempts as stmt expects them, $3 error,
+// $4 state, $5 delay µs, $6 channel, then extra). ok is false when no row
+// moved (the attempt was superseded, or the lease is not ours).
+func (c *Client) writeFailure(ctx context.Context, q rowQuerier, stmt string, attempts int32, j *Job, herr error, extra ...any) (r failRecord, ok bool, err error) {
 	d := c.decide(j)
-	msg := truncateError(herr.Error(), c.cfg.MaxErrorBytes)
-	var r failRecord
+	args := append([]any{j.ID, attempts, truncateError(herr.Error(), c.cfg.MaxErrorBytes), d.state,
+		float64(d.delay.Microseconds()), c.channel}, extra...)
 	var ms float64
 	var woke int64
-	err := tx.QueryRow(ctx, c.sql.fail, j.ID, int32(j.Attempt-1), msg, d.state,
-		float64(d.delay.Microseconds()), c.channel).Scan(&r.state, &ms, &woke)
-	if err == pgx.ErrNoRows {
-		return failRecord{}, nil
+	err = q.QueryRow(ctx, stmt, args...).Scan(&r.state, &ms, &woke)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return failRecord{}, false, nil
 	}
 	if err != nil {
-		return failRecord{}, fmt.Errorf("record failure: %w", err)
+		return failRecord{}, false, fmt.Errorf("record failure: %w", err)
 	}
 	r.retryIn = time.Duration(ms * float64(time.Millisecond))
-	return r, nil
+	return r, true, nil
+}
+
+// rowQuerier is a pool, a connection or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // failRecord is what recordFailure wrote.

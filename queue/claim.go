@@ -224,10 +224,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	}
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
 	alone := c.kinds.alone()
-	leased := c.cfg.LeasedKinds
-	if leased == nil {
-		leased = []string{} // nil would be a NULL array: "<> ALL(NULL)" is never true
-	}
+	leased := c.leasedKinds
 	switch {
 	case n <= 1 && leasedN <= 1:
 		pb.Queue(c.sql.claimOne, queue).Query(scan)

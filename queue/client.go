@@ -28,6 +28,9 @@ type Client struct {
 	loops  map[string]*queueLoop
 	kinds  kindStats
 	leased map[string]bool // Config.LeasedKinds
+	// leasedKinds is Config.LeasedKinds, never nil (a nil slice is a NULL
+	// array in SQL, and "<> ALL(NULL)" is never true).
+	leasedKinds []string
 	// leases maps the id of every leased job running in this client to
 	// its *leasedRun.
 	leases  sync.Map
@@ -95,6 +98,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		leased:  map[string]bool{},
 		id:      newClientID(),
 	}
+	c.leasedKinds = append([]string{}, cfg.LeasedKinds...)
 	for _, k := range cfg.LeasedKinds {
 		c.leased[k] = true
 	}

@@ -26,6 +26,12 @@ import (
 // what the handlers returned.
 const recordTimeout = 30 * time.Second
 
+// recordContext is the context outcomes are recorded on: it outlives a
+// cancelled hardCtx by up to recordTimeout.
+func recordContext(hardCtx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+}
+
 // attemptResult is one attempt's outcome.
 type attemptResult struct {
 	job     *Job
@@ -46,7 +52,7 @@ type batchRun struct {
 // execute runs batch b to the end and returns its connection to the pool.
 func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 	defer c.untrack(b)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	rctx, cancel := recordContext(hardCtx)
 	defer cancel()
 	level, count := nextIsolation(b.lost, &b.jobs[0].job)
 	if count {

@@ -59,7 +59,7 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 		ids[i] = cj.job.ID
 	}
 	started := map[int64]bool{}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	rctx, cancel := recordContext(hardCtx)
 	pb := &pgx.Batch{}
 	pb.Queue(c.sql.startLeased, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id).Query(func(rows pgx.Rows) error {
 		return collectIDs(rows, started)
@@ -106,7 +106,7 @@ func (c *Client) runLeased(hardCtx context.Context, l *queueLoop, cj *claimedJob
 	if herr != nil && errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		r.err = fmt.Errorf("%w: %w", ErrLeaseLost, herr)
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+	rctx, rcancel := recordContext(hardCtx)
 	defer rcancel()
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
@@ -160,20 +160,16 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 // for a rescue of an expired lease).
 func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult, owner string) {
 	j := r.job
-	d := c.decide(j)
-	var ms float64
-	var woke int64
-	err := c.pool.QueryRow(ctx, c.sql.failLeased, j.ID, int32(j.Attempt), truncateError(r.err.Error(), c.cfg.MaxErrorBytes),
-		d.state, float64(d.delay.Microseconds()), c.channel, owner).Scan(&r.state, &ms, &woke)
+	rec, ok, err := c.writeFailure(ctx, c.pool, c.sql.failLeased, int32(j.Attempt), j, r.err, owner)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		r.outcome = outcomeLeaseLost
 	case err != nil:
 		l.log.Warn("could not record a leased job's failure; its lease will expire and it will be retried",
 			zap.Int64("job_id", j.ID), zap.Error(err))
 		r.outcome = outcomeCommitError
+	case !ok:
+		r.outcome = outcomeLeaseLost
 	default:
-		r.retryIn = time.Duration(ms * float64(time.Millisecond))
+		r.state, r.retryIn = rec.state, rec.retryIn
 	}
 }
 
@@ -250,9 +246,7 @@ func (c *Client) rescueExpired(ctx context.Context, queues []string) {
 		}
 		for i := range found {
 			j := &found[i].job
-			d := c.decide(j)
-			if _, err := tx.Exec(ctx, c.sql.failLeased, j.ID, int32(j.Attempt), errLeaseExpired.Error(), d.state,
-				float64(d.delay.Microseconds()), c.channel, ""); err != nil {
+			if _, _, err := c.writeFailure(ctx, tx, c.sql.failLeased, int32(j.Attempt), j, errLeaseExpired, ""); err != nil {
 				return err
 			}
 		}
