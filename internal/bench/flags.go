@@ -33,7 +33,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.Producers, "producers", d.Producers, "enqueue: concurrent producers")
 	fs.DurationVar(&s.EnqueueDuration, "enqueue-duration", d.EnqueueDuration, "enqueue: total time, half of it on the baseline")
 	fs.IntVar(&s.ScaleSmall, "scale-small", d.ScaleSmall, "scale: the small backlog")
-	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the issue's target names 1000000)")
+	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the scale target is 1000000)")
 	fs.IntVar(&s.ScaleFinished, "scale-finished", d.ScaleFinished, "scale: finished jobs left in the table for the third case (0 skips it)")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")

@@ -263,7 +263,7 @@ func (rep Report) Targets() []Target {
 }
 
 func writeTargets(w io.Writer, ts []Target) {
-	fmt.Fprintln(w, "targets (issue 6)")
+	fmt.Fprintln(w, "targets")
 	rows := make([][]string, 0, len(ts))
 	for _, t := range ts {
 		met := "NOT MET"
