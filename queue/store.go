@@ -82,6 +82,16 @@ type statements struct {
 	deleteFinished                                               string
 }
 
+// stateIs is the check that a job found by id is still in state, for the
+// statements that move jobs by id. It is written so the planner cannot match
+// it to a partial index's predicate (the claim index is WHERE state =
+// 'pending', the lease index WHERE state = 'running'): with statistics that
+// undercount the table (a new table, a burst after a quiet spell) the plain
+// "state = 'pending'" made it scan the whole claim index for the ids instead
+// of probing the primary key, 25-45 ms per batch of 32 on 20,000 pending
+// jobs (TestByIDStatementsProbeThePrimaryKey).
+func stateIs(col, state string) string { return "(" + col + " = '" + state + "') IS TRUE" }
+
 // claimCols are the columns every claim returns, in claimedJob's scan order.
 const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.run_after, j.created_at,
 	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
@@ -157,7 +167,7 @@ func (s *statements) claimStatements(t tables) {
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
-WHERE a.queue = $1 AND j.queue = $1 AND j.state = 'pending'
+WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + `
 ORDER BY a.started_at
 LIMIT 1
 FOR UPDATE OF j SKIP LOCKED`
@@ -192,7 +202,7 @@ ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, batch = EXCLUDED.
 	s.succeed = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'succeeded', attempts = attempts + 1, finished_at = clock_timestamp()
-	WHERE id = ANY($1::bigint[]) AND state = 'pending'
+	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "pending") + `
 	RETURNING id, queue, kind, attempts
 ), a AS (
 	DELETE FROM ` + attempts + ` WHERE job_id = ANY($2::bigint[])
@@ -209,7 +219,7 @@ WITH j AS (
 		state = $4::text,
 		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
 		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END
-	WHERE id = $1 AND attempts = $2 AND state = 'pending'
+	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "pending") + `
 	RETURNING id, queue, kind, attempts, state, run_after
 ), a AS (
 	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
@@ -247,7 +257,7 @@ SELECT id, (SELECT count(*) FROM wake) FROM j`
 	// an operator after its worker died, deleted by hand).
 	s.lostQueues = `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`
 	s.pruneStarts = `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
-	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND j.state = 'pending')`
+	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND ` + stateIs("j.state", "pending") + `)`
 }
 
 // leasedStatements: jobs and events: leased mode.
@@ -257,7 +267,7 @@ func (s *statements) leasedStatements(t tables) {
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'running', attempts = attempts + 1, leased_by = $3::text,
 		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-	WHERE id = ANY($1::bigint[]) AND state = 'pending'
+	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "pending") + `
 	RETURNING id, queue, kind, attempts
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
@@ -266,7 +276,7 @@ WITH j AS (
 SELECT id FROM j`
 	s.extendLeases = `
 UPDATE ` + jobs + ` SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-WHERE id = ANY($1::bigint[]) AND state = 'running' AND leased_by = $3::text
+WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
 RETURNING id`
 	s.expiredLeases = `
 SELECT id, queue, kind, attempts, max_attempts FROM ` + jobs + `
@@ -277,7 +287,7 @@ FOR UPDATE SKIP LOCKED`
 	s.succeedLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
-	WHERE id = $1 AND attempts = $2 AND state = 'running' AND leased_by = $3::text
+	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
 	RETURNING id, queue, kind, attempts
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
@@ -292,7 +302,7 @@ WITH j AS (
 		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
 		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END,
 		lease_expires_at = NULL, leased_by = NULL
-	WHERE id = $1 AND attempts = $2 AND state = 'running'
+	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "running") + `
 	  AND CASE WHEN $7::text = '' THEN lease_expires_at < clock_timestamp() ELSE leased_by = $7::text END
 	RETURNING id, queue, kind, attempts, state, run_after
 )` + failedTailSQL(events)
