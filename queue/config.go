@@ -69,7 +69,8 @@ type Config struct {
 	// one after another in that transaction, each behind its own savepoint,
 	// then commits them together: far fewer commits and round trips per job.
 	// The batch is sized so its handlers take about BatchTarget; slow
-	// handlers get one job per claim. Default 32; 1 disables.
+	// handlers get one job per claim. Default 32; 1 disables; at most
+	// MaxMaxBatch (64).
 	MaxBatch int
 	// BatchTarget is the handler time a batch aims for. Default 2ms.
 	BatchTarget time.Duration
@@ -135,9 +136,13 @@ const (
 // Limits New enforces (also used by pgwake worker and the Watermill
 // subscriber).
 const (
-	MaxMaxWorkers      = 10000                 // QueueConfig.MaxWorkers at most
-	MinPollInterval    = 10 * time.Millisecond // Config.PollInterval at least
-	MaxMaxBatch        = 1000                  // Config.MaxBatch at most
+	MaxMaxWorkers   = 10000                 // QueueConfig.MaxWorkers at most
+	MinPollInterval = 10 * time.Millisecond // Config.PollInterval at least
+	// Config.MaxBatch at most: each job of a batch runs behind its own
+	// savepoint, and a transaction with more than 64 subtransactions
+	// overflows PostgreSQL's per-backend subtransaction cache, which slows
+	// every snapshot on the server.
+	MaxMaxBatch        = 64
 	MinLeaseDuration   = 100 * time.Millisecond
 	MinMaxErrorBytes   = 64
 	MinMaxPayloadBytes = 2

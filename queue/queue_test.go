@@ -564,15 +564,16 @@ func TestBadInputIsRejectedBeforeWriting(t *testing.T) {
 
 	// Bad configuration.
 	for name, cfg := range map[string]queue.Config{
-		"schema quote":    {Schema: `pgwake"; drop`},
-		"schema upper":    {Schema: "Pgwake"},
-		"schema long":     {Schema: strings.Repeat("s", 41)},
-		"bad queue":       {Schema: "ok", Queues: map[string]queue.QueueConfig{"A": {}}},
-		"workers":         {Schema: "ok", Queues: map[string]queue.QueueConfig{"a": {MaxWorkers: -1}}},
-		"nil handler":     {Schema: "ok", Handlers: map[string]queue.Handler{"k": nil}},
-		"max attempts":    {Schema: "ok", MaxAttempts: -2},
-		"timeout no kind": {Schema: "ok", KindTimeouts: map[string]time.Duration{"x": time.Second}},
-		"retention tick":  {Schema: "ok", Retention: queue.Retention{Interval: time.Millisecond}},
+		"schema quote":                        {Schema: `pgwake"; drop`},
+		"schema upper":                        {Schema: "Pgwake"},
+		"schema long":                         {Schema: strings.Repeat("s", 41)},
+		"bad queue":                           {Schema: "ok", Queues: map[string]queue.QueueConfig{"A": {}}},
+		"workers":                             {Schema: "ok", Queues: map[string]queue.QueueConfig{"a": {MaxWorkers: -1}}},
+		"nil handler":                         {Schema: "ok", Handlers: map[string]queue.Handler{"k": nil}},
+		"max attempts":                        {Schema: "ok", MaxAttempts: -2},
+		"timeout no kind":                     {Schema: "ok", KindTimeouts: map[string]time.Duration{"x": time.Second}},
+		"retention tick":                      {Schema: "ok", Retention: queue.Retention{Interval: time.Millisecond}},
+		"batch past the subtransaction cache": {Schema: "ok", MaxBatch: 100},
 	} {
 		_, err := queue.New(e.pool, cfg)
 		require.Error(t, err, name)

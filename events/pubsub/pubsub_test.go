@@ -465,7 +465,7 @@ func TestConfigErrors(t *testing.T) {
 		{CloseTimeout: -1},
 		{PollInterval: time.Millisecond},
 		{MaxBatch: -1},
-		{MaxBatch: 1001},
+		{MaxBatch: 65},
 	} {
 		_, err = pubsub.NewSubscriber(pool, cfg)
 		require.ErrorIs(t, err, pubsub.ErrInvalidConfig, "%+v", cfg)

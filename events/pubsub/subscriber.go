@@ -52,7 +52,8 @@ type SubscriberConfig struct {
 	// (and what the handler wrote through TxFromContext) commits only with
 	// the rest of its batch, and messages claimed behind one that is still
 	// out are held (locked) meanwhile. Closing mid-batch counts an attempt
-	// for each claimed message not yet handed out.
+	// for each claimed message not yet handed out. At most
+	// queue.MaxMaxBatch (64).
 	MaxBatch int
 	// PollInterval is the longest a subscription waits without looking at
 	// the database when no notification arrives. Default 2s.
