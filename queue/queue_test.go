@@ -738,3 +738,29 @@ func TestUrgentJobOvertakesBacklog(t *testing.T) {
 	require.Less(t, pos-atEnqueue, 2*16*32+64, "urgent job waited behind %d backlog jobs", pos-atEnqueue)
 	require.Less(t, pos, n, "urgent job ran before the backlog ended")
 }
+
+// One EnqueueMany over 25,000 distinct queues succeeds: the wake-up locks it
+// takes are bounded (256 buckets), where one per queue overflowed the
+// server's lock table ("out of shared memory").
+func TestEnqueueOverManyQueuesTakesBoundedLocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, queue.Config{})
+	const n = 25000
+	jobs := make([]queue.NewJob, n)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Queue: fmt.Sprintf("tenant_%d", i), Kind: "k"}
+	}
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := e.c.EnqueueManyTx(ctx, tx, jobs)
+	require.NoError(t, err)
+	require.Len(t, res, n)
+	var locks int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
+	require.Positive(t, locks)
+	require.LessOrEqual(t, locks, 256)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, n, e.count(`state = 'pending'`))
+}
