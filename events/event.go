@@ -23,6 +23,7 @@ const (
 	TypeFailed         = queue.EventFailed
 	TypeCancelled      = queue.EventCancelled
 	TypeRetried        = queue.EventRetried
+	TypeSnoozed        = queue.EventSnoozed
 )
 
 // Event is one row of the event log: a job's state change.
@@ -42,10 +43,11 @@ type Event struct {
 	Attempt int
 	// At is when the change was written.
 	At time.Time
-	// Error is the attempt's error text (retry_scheduled, failed).
+	// Error is the attempt's error text (retry_scheduled, failed, and
+	// cancelled when its handler returned queue.Cancel).
 	Error string
 	// RunAfter is when the job is due next (enqueued, retry_scheduled,
-	// retried); nil when the event has none.
+	// retried, snoozed); nil when the event has none.
 	RunAfter *time.Time
 }
 

@@ -129,12 +129,12 @@ func (c *Client) recordFailure(ctx context.Context, tx pgx.Tx, j *Job, herr erro
 
 // writeFailure applies the retry policy to a failed attempt of j and runs
 // stmt, a fail statement ($1 id, $2 attempts as stmt expects them, $3 error,
-// $4 state, $5 delay µs, $6 channel, then extra). ok is false when no row
+// $4 state, $5 delay µs, $6 channel, $7 event type, then extra). ok is false when no row
 // moved (the attempt was superseded, or the lease is not ours).
 func (c *Client) writeFailure(ctx context.Context, q rowQuerier, stmt string, attempts int32, j *Job, herr error, extra ...any) (r failRecord, ok bool, err error) {
-	d := c.decide(j)
+	d := c.decide(j, herr)
 	args := append([]any{j.ID, attempts, truncateError(herr.Error(), c.cfg.MaxErrorBytes), d.state,
-		float64(d.delay.Microseconds()), c.channel}, extra...)
+		float64(d.delay.Microseconds()), c.channel, d.event}, extra...)
 	var ms float64
 	var woke int64
 	err = q.QueryRow(ctx, stmt, args...).Scan(&r.state, &ms, &woke)
@@ -145,6 +145,7 @@ func (c *Client) writeFailure(ctx context.Context, q rowQuerier, stmt string, at
 		return failRecord{}, false, fmt.Errorf("record failure: %w", err)
 	}
 	r.retryIn = time.Duration(ms * float64(time.Millisecond))
+	r.event = d.event
 	return r, true, nil
 }
 
@@ -156,5 +157,6 @@ type rowQuerier interface {
 // failRecord is what recordFailure wrote.
 type failRecord struct {
 	state   string
+	event   string // the event appended: retry_scheduled, failed, cancelled or snoozed
 	retryIn time.Duration
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// Backoff returns the delay before retry number attempt (1 after the first
 	// failure). Default DefaultBackoff: 30s, 1m, 2m, 4m, ... capped at 24h.
 	Backoff func(attempt int) time.Duration
+	// RetryPolicies overrides Backoff per kind, with a policy that sees the
+	// job and its error (a negative delay fails the job for good). Default
+	// none.
+	RetryPolicies map[string]RetryPolicy
 	// MaxBatch caps how many jobs one claim transaction takes. Under a
 	// backlog (the previous claim found work, or every worker slot is busy)
 	// and with fast handlers, a claim takes several due jobs and runs them
@@ -232,6 +236,11 @@ func (c Config) validate() error {
 	for kind := range c.KindTimeouts {
 		if _, ok := c.Handlers[kind]; !ok {
 			return bad("KindTimeouts[%q] names a kind with no handler", kind)
+		}
+	}
+	for kind, p := range c.RetryPolicies {
+		if _, ok := c.Handlers[kind]; !ok || p == nil {
+			return bad("RetryPolicies[%q] is nil or names a kind with no handler", kind)
 		}
 	}
 	for _, kind := range c.LeasedKinds {

@@ -157,8 +157,19 @@ func (c *Client) failInTx(ctx context.Context, tx pgx.Tx, savepoint bool, r *att
 		}
 	}
 	rec, err := c.recordFailure(ctx, tx, r.job, r.err)
-	r.state, r.retryIn = rec.state, rec.retryIn
+	r.recorded(rec)
 	return err
+}
+
+// recorded sets what the failure record rec says about the attempt.
+func (r *attemptResult) recorded(rec failRecord) {
+	r.state, r.retryIn = rec.state, rec.retryIn
+	switch rec.event {
+	case EventSnoozed:
+		r.outcome = outcomeSnoozed
+	case EventCancelled:
+		r.outcome = outcomeCancelled
+	}
 }
 
 // complete records cancels and successes in the claim transaction, deletes
@@ -258,7 +269,7 @@ func (c *Client) afterLostTx(ctx context.Context, l *queueLoop, run batchRun, un
 func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		rec, err := c.recordFailure(ctx, tx, r.job, r.err)
-		r.state, r.retryIn = rec.state, rec.retryIn
+		r.recorded(rec)
 		return err
 	})
 	if err != nil {
@@ -279,6 +290,10 @@ func (c *Client) report(l *queueLoop, r attemptResult) {
 		fields = append(fields, zap.String("error", truncateError(r.err.Error(), c.cfg.MaxErrorBytes)))
 	}
 	switch {
+	case r.outcome == outcomeSnoozed:
+		c.metrics.observe(j, r.outcome, r.dur)
+		l.log.Info("job snoozed", append(fields, zap.Duration("retry_in", r.retryIn))...)
+		l.wake(sourceScheduled, max(r.retryIn, time.Millisecond))
 	case r.outcome != "":
 		c.metrics.observe(j, r.outcome, r.dur)
 		l.log.Info("attempt ended: "+r.outcome, fields...)

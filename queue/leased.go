@@ -169,7 +169,7 @@ func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult,
 	case !ok:
 		r.outcome = outcomeLeaseLost
 	default:
-		r.state, r.retryIn = rec.state, rec.retryIn
+		r.recorded(rec)
 	}
 }
 

@@ -17,7 +17,8 @@ const (
 	outcomeRetry       = "retry"        // failed, retry scheduled
 	outcomeFailed      = "failed"       // failed, attempts exhausted
 	outcomeCommitError = "commit_error" // the outcome could not be recorded; the job runs again
-	outcomeCancelled   = "cancelled"    // the handler returned nil, but the job was cancelled meanwhile
+	outcomeCancelled   = "cancelled"    // the handler returned Cancel, or returned nil but the job was cancelled meanwhile
+	outcomeSnoozed     = "snoozed"      // the handler returned Snooze: pending again, attempt not counted
 	outcomeLeaseLost   = "lease_lost"   // leased: the job was rescued or cancelled before the outcome was recorded
 )
 
@@ -43,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		}, []string{"queue", "kind"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_worker_jobs_total",
-			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again), cancelled (the job was cancelled while its handler ran), lease_lost (leased mode: the job was rescued or cancelled before its outcome was recorded).",
+			Help: "Attempts finished, by outcome: succeeded, retry (failed, retry scheduled), failed (attempts exhausted), commit_error (outcome not recorded; the job runs again), cancelled (the handler returned Cancel, or the job was cancelled while its handler ran), snoozed (the handler returned Snooze), lease_lost (leased mode: the job was rescued or cancelled before its outcome was recorded).",
 		}, []string{"queue", "kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pgwake_worker_job_duration_seconds",

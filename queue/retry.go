@@ -1,6 +1,10 @@
 package queue
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // DefaultBackoff is 30s * 2^(attempt-1), capped at 24h: 30s, 1m, 2m, 4m, ...
 func DefaultBackoff(attempt int) time.Duration {
@@ -14,18 +18,103 @@ func DefaultBackoff(attempt int) time.Duration {
 	return min(d, 24*time.Hour)
 }
 
-// retryDecision is what a failed attempt leads to: the job's next state and,
-// when it is pending again, the delay before it is due.
+// RetryPolicy returns the delay before a failed attempt of j (j.Attempt is
+// the attempt that failed) runs again, given the error its handler returned.
+// A negative delay fails the job for good at once. It is asked only while
+// attempts remain (j.Attempt < j.MaxAttempts). Set per kind in
+// Config.RetryPolicies; kinds without one use Config.Backoff.
+type RetryPolicy func(j *Job, err error) time.Duration
+
+// Snooze returns an error that, returned by a handler, puts the job back to
+// pending, due after d, without counting the attempt: its attempts stay as
+// they were, and a "snoozed" event is appended. Like any error, it rolls
+// back what the handler wrote through its transaction.
+func Snooze(d time.Duration) error { return &outcomeError{kind: outcomeSnooze, delay: max(d, 0)} }
+
+// Cancel returns an error that, returned by a handler, ends the job
+// cancelled: the attempt counts, err (if not nil) is stored as its last
+// error, and it is not retried. Like any error, it rolls back what the
+// handler wrote through its transaction.
+func Cancel(err error) error { return &outcomeError{kind: outcomeCancel, err: err} }
+
+// RetryAfter returns an error that fails the attempt like err would, with
+// the retry due after d instead of the retry policy's delay. On the last
+// attempt the job fails for good, as with any error.
+func RetryAfter(d time.Duration, err error) error {
+	return &outcomeError{kind: outcomeRetryAfter, delay: max(d, 0), err: err}
+}
+
+// Kinds of outcomeError.
+const (
+	outcomeSnooze = iota + 1
+	outcomeCancel
+	outcomeRetryAfter
+)
+
+// outcomeError is a handler's explicit outcome (Snooze, Cancel,
+// RetryAfter).
+type outcomeError struct {
+	kind  int
+	delay time.Duration
+	err   error
+}
+
+func (e *outcomeError) Error() string {
+	switch e.kind {
+	case outcomeSnooze:
+		return fmt.Sprintf("snoozed for %s", e.delay)
+	case outcomeCancel:
+		if e.err == nil {
+			return "cancelled by its handler"
+		}
+		return "cancelled by its handler: " + e.err.Error()
+	default:
+		if e.err == nil {
+			return fmt.Sprintf("retry after %s", e.delay)
+		}
+		return e.err.Error()
+	}
+}
+
+func (e *outcomeError) Unwrap() error { return e.err }
+
+// retryDecision is what a failed attempt leads to: the job's next state, the
+// event that records it and, when it is pending again, the delay before it
+// is due.
 type retryDecision struct {
 	state string
+	event string
 	delay time.Duration
 }
 
-// decide applies the retry policy to a failed attempt of j: retry after
-// Config.Backoff(attempt) while attempts remain, else fail for good.
-func (c *Client) decide(j *Job) retryDecision {
-	if j.Attempt >= j.MaxAttempts {
-		return retryDecision{state: StateFailed}
+// decide applies the handler's explicit outcome (Snooze, Cancel,
+// RetryAfter) or the retry policy to a failed attempt of j: retry after the
+// kind's RetryPolicy (or Config.Backoff) while attempts remain, else fail
+// for good.
+func (c *Client) decide(j *Job, herr error) retryDecision {
+	var oe *outcomeError
+	if errors.As(herr, &oe) {
+		switch oe.kind {
+		case outcomeSnooze:
+			return retryDecision{state: StatePending, event: EventSnoozed, delay: oe.delay}
+		case outcomeCancel:
+			return retryDecision{state: StateCancelled, event: EventCancelled}
+		}
 	}
-	return retryDecision{state: StatePending, delay: max(c.cfg.Backoff(j.Attempt), 0)}
+	if j.Attempt >= j.MaxAttempts {
+		return retryDecision{state: StateFailed, event: EventFailed}
+	}
+	var d time.Duration
+	switch policy := c.cfg.RetryPolicies[j.Kind]; {
+	case oe != nil && oe.kind == outcomeRetryAfter:
+		d = oe.delay
+	case policy != nil:
+		d = policy(j, herr)
+		if d < 0 {
+			return retryDecision{state: StateFailed, event: EventFailed}
+		}
+	default:
+		d = max(c.cfg.Backoff(j.Attempt), 0)
+	}
+	return retryDecision{state: StatePending, event: EventRetryScheduled, delay: d}
 }

@@ -18,6 +18,7 @@ const (
 	EventFailed         = "failed"
 	EventCancelled      = "cancelled"
 	EventRetried        = "retried" // a failed job was put back to pending by Retry
+	EventSnoozed        = "snoozed" // its handler returned Snooze: pending again, attempt not counted
 )
 
 // transitions is the one table of what each event type leaves a job in.
@@ -30,6 +31,7 @@ var transitions = map[string]string{
 	EventFailed:         StateFailed,
 	EventCancelled:      StateCancelled,
 	EventRetried:        StatePending,
+	EventSnoozed:        StatePending,
 }
 
 // StateAfter returns the state a job is in after an event of type

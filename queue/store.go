@@ -214,11 +214,8 @@ SELECT id FROM j`
 	s.fail = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
-		attempts = attempts + 1,
-		last_error = $3::text,
-		state = $4::text,
-		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
-		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END
+		attempts = attempts + CASE WHEN $7::text = 'snoozed' THEN 0 ELSE 1 END,
+		last_error = CASE WHEN $7::text = 'snoozed' THEN last_error ELSE $3::text END,` + failedSetSQL + `
 	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "pending") + `
 	RETURNING id, queue, kind, attempts, state, run_after
 ), a AS (
@@ -297,13 +294,11 @@ SELECT id FROM j`
 	s.failLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
-		last_error = $3::text,
-		state = $4::text,
-		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
-		finished_at = CASE WHEN $4::text = 'failed' THEN clock_timestamp() END,
+		attempts = attempts - CASE WHEN $7::text = 'snoozed' THEN 1 ELSE 0 END,
+		last_error = CASE WHEN $7::text = 'snoozed' THEN last_error ELSE $3::text END,` + failedSetSQL + `,
 		lease_expires_at = NULL, leased_by = NULL
 	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "running") + `
-	  AND CASE WHEN $7::text = '' THEN lease_expires_at < clock_timestamp() ELSE leased_by = $7::text END
+	  AND CASE WHEN $8::text = '' THEN lease_expires_at < clock_timestamp() ELSE leased_by = $8::text END
 	RETURNING id, queue, kind, attempts, state, run_after
 )` + failedTailSQL(events)
 }
@@ -396,16 +391,25 @@ DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
 RETURNING j.state`
 }
 
+// failedSetSQL sets the state a failed attempt leads to ($4: pending,
+// failed or cancelled), due after $5 µs when pending.
+const failedSetSQL = `
+		state = $4::text,
+		run_after = CASE WHEN $4::text = 'pending' THEN clock_timestamp() + $5::float8 * interval '1 microsecond' ELSE run_after END,
+		finished_at = CASE WHEN $4::text IN ('failed', 'cancelled') THEN clock_timestamp() END`
+
 // failedTailSQL follows a CTE j that moved a job after a failed attempt
-// (RETURNING id, queue, kind, attempts, state, run_after): the
-// retry_scheduled or failed event, the wake-up for a retry ($6: channel),
-// and the row (state, ms until the retry, wake count). $3 is the error.
+// (RETURNING id, queue, kind, attempts, state, run_after): the event $7
+// (retry_scheduled, failed, cancelled or snoozed), the wake-up for a retry
+// ($6: channel), and the row (state, ms until the retry, wake count). $3 is
+// the error.
 func failedTailSQL(events string) string {
 	return `, ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, queue, kind, attempts,
-		CASE WHEN state = 'failed' THEN pg_catalog.jsonb_build_object('error', $3::text)
-		ELSE pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after) END
+	SELECT id, $7::text, queue, kind, attempts,
+		CASE WHEN $7::text = 'snoozed' THEN pg_catalog.jsonb_build_object('run_after', run_after)
+		WHEN state = 'pending' THEN pg_catalog.jsonb_build_object('error', $3::text, 'run_after', run_after)
+		ELSE pg_catalog.jsonb_build_object('error', $3::text) END
 	FROM j
 ), wake AS (
 	SELECT pg_catalog.pg_notify($6, queue || '|' || pg_catalog.ceil(extract(epoch FROM run_after - clock_timestamp()) * 1000::numeric)::bigint::text)

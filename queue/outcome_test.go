@@ -1,0 +1,198 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// runs records when each attempt of each job started.
+type runs struct {
+	mu sync.Mutex
+	at map[int64][]time.Time
+}
+
+func (r *runs) add(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = map[int64][]time.Time{}
+	}
+	r.at[id] = append(r.at[id], time.Now())
+	return len(r.at[id])
+}
+
+func (r *runs) of(id int64) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.at[id]...)
+}
+
+// outcomeEnv runs handler for kind "k", held or leased, with an hour of
+// backoff (so only an explicit outcome can make a retry come soon).
+func outcomeEnv(t *testing.T, leased bool, policies map[string]queue.RetryPolicy, h func(ctx context.Context, tx pgx.Tx, j *queue.Job) error) *env {
+	cfg := queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {}},
+		Backoff:       func(int) time.Duration { return time.Hour },
+		RetryPolicies: policies,
+		Handlers:      map[string]queue.Handler{"k": queue.HandlerFunc(h)},
+	}
+	if leased {
+		cfg.LeasedKinds = []string{"k"}
+	}
+	e := newEnv(t, cfg)
+	e.run()
+	return e
+}
+
+// The handler outcome controls, in both execution modes: Snooze runs the job
+// again after its delay without counting the attempt, Cancel ends it
+// cancelled at once, RetryAfter replaces the backoff, and a kind's
+// RetryPolicy sees the job and its error and can end the retries.
+func TestHandlerOutcomeControls(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name   string
+		leased bool
+	}{{"held", false}, {"leased", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("Snooze", func(t *testing.T) {
+				t.Parallel()
+				var r runs
+				var schema string
+				e := outcomeEnv(t, mode.leased, nil, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					if err := effect(ctx, tx, schema, j); err != nil {
+						return err
+					}
+					if r.add(j.ID) == 1 {
+						require.Equal(t, 1, j.Attempt)
+						return queue.Snooze(300 * time.Millisecond)
+					}
+					require.Equal(t, 1, j.Attempt, "the snoozed attempt was not counted")
+					return nil
+				})
+				schema = e.schema
+				res, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k"})
+				require.NoError(t, err)
+				waitFor(t, 20*time.Second, "done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, res.ID) == 1 })
+				at := r.of(res.ID)
+				require.Len(t, at, 2)
+				require.GreaterOrEqual(t, at[1].Sub(at[0]), 300*time.Millisecond)
+				require.Equal(t, 1, e.count(`id = $1 AND attempts = 1 AND last_error IS NULL`, res.ID))
+				require.Equal(t, 1, e.effectCounts()[res.ID], "the snoozed attempt's writes rolled back")
+				want := []string{queue.EventEnqueued, queue.EventSnoozed, queue.EventSucceeded}
+				if mode.leased {
+					want = []string{queue.EventEnqueued, queue.EventStarted, queue.EventSnoozed, queue.EventStarted, queue.EventSucceeded}
+				}
+				require.Equal(t, want, e.eventTypes(res.ID))
+				require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM `+e.table("events")+` WHERE job_id = $1 AND type = 'snoozed'
+					AND attempt = 0 AND (data->>'run_after')::timestamptz > at`, res.ID))
+				require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "snoozed"}))
+				checkEventsMatchJobs(t, e.pool, e.schema)
+			})
+			t.Run("Cancel", func(t *testing.T) {
+				t.Parallel()
+				var r runs
+				e := outcomeEnv(t, mode.leased, nil, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					r.add(j.ID)
+					return queue.Cancel(errors.New("customer deleted"))
+				})
+				res, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 5})
+				require.NoError(t, err)
+				waitFor(t, 20*time.Second, "cancelled", func() bool { return e.count(`id = $1 AND state = 'cancelled'`, res.ID) == 1 })
+				require.Equal(t, 1, e.count(`id = $1 AND attempts = 1 AND finished_at IS NOT NULL AND last_error LIKE '%customer deleted%'`, res.ID))
+				time.Sleep(200 * time.Millisecond)
+				require.Len(t, r.of(res.ID), 1, "not retried")
+				want := []string{queue.EventEnqueued, queue.EventCancelled}
+				if mode.leased {
+					want = []string{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}
+				}
+				require.Equal(t, want, e.eventTypes(res.ID))
+				require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}))
+				checkEventsMatchJobs(t, e.pool, e.schema)
+			})
+			t.Run("RetryAfter", func(t *testing.T) {
+				t.Parallel()
+				var r runs
+				e := outcomeEnv(t, mode.leased, nil, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					if r.add(j.ID) == 1 {
+						return queue.RetryAfter(200*time.Millisecond, errors.New("rate limited"))
+					}
+					return nil
+				})
+				res, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k"})
+				require.NoError(t, err)
+				waitFor(t, 20*time.Second, "done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, res.ID) == 1 })
+				at := r.of(res.ID)
+				require.Len(t, at, 2)
+				require.GreaterOrEqual(t, at[1].Sub(at[0]), 200*time.Millisecond)
+				require.Equal(t, 1, e.count(`id = $1 AND attempts = 2 AND last_error = 'rate limited'`, res.ID))
+				checkEventsMatchJobs(t, e.pool, e.schema)
+			})
+			t.Run("RetryAfterOnTheLastAttempt", func(t *testing.T) {
+				t.Parallel()
+				e := outcomeEnv(t, mode.leased, nil, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					return queue.RetryAfter(time.Millisecond, errors.New("still down"))
+				})
+				res, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 1})
+				require.NoError(t, err)
+				waitFor(t, 20*time.Second, "failed", func() bool { return e.count(`id = $1 AND state = 'failed' AND attempts = 1`, res.ID) == 1 })
+			})
+			t.Run("RetryPolicy", func(t *testing.T) {
+				t.Parallel()
+				permanent := errors.New("permanent")
+				var seen sync.Map
+				policy := func(j *queue.Job, err error) time.Duration {
+					seen.Store(j.ID, err.Error())
+					if errors.Is(err, permanent) {
+						return -1
+					}
+					return 50 * time.Millisecond
+				}
+				e := outcomeEnv(t, mode.leased, map[string]queue.RetryPolicy{"k": policy}, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					var p struct{ Permanent bool }
+					if err := json.Unmarshal(j.Payload, &p); err != nil {
+						return err
+					}
+					if p.Permanent {
+						return permanent
+					}
+					if j.Attempt == 1 {
+						return errors.New("flaky")
+					}
+					return nil
+				})
+				perm, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 5, Payload: map[string]bool{"Permanent": true}})
+				require.NoError(t, err)
+				flaky, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 5})
+				require.NoError(t, err)
+				waitFor(t, 20*time.Second, "both ended", func() bool {
+					return e.count(`(id = $1 AND state = 'failed' AND attempts = 1) OR (id = $2 AND state = 'succeeded' AND attempts = 2)`, perm.ID, flaky.ID) == 2
+				})
+				v, _ := seen.Load(perm.ID)
+				require.Equal(t, "permanent", v)
+				v, _ = seen.Load(flaky.ID)
+				require.Equal(t, "flaky", v)
+				checkEventsMatchJobs(t, e.pool, e.schema)
+			})
+		})
+	}
+}
+
+// A RetryPolicy for a kind with no handler is refused by New.
+func TestRetryPolicyNeedsAHandler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	_, err := queue.New(e.pool, queue.Config{Schema: e.schema,
+		RetryPolicies: map[string]queue.RetryPolicy{"nope": func(*queue.Job, error) time.Duration { return 0 }}})
+	require.ErrorIs(t, err, queue.ErrInvalidConfig)
+}
