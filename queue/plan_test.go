@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -39,18 +40,19 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 		name, sql, args string
 	}{
 		{"succeed", s.succeed, `'{2,4,6}'::bigint[], '{2,4,6}'::bigint[]`},
-		{"fail", s.fail, `2, 0, 'e', 'pending', 0, 'ch'`},
+		{"fail", s.fail, `2, 0, 'e', 'pending', 0, 'ch', 'retry_scheduled'`},
 		{"startLeased", s.startLeased, `'{2,4,6}'::bigint[], 1000, 'w'`},
 		{"extendLeases", s.extendLeases, `'{1,3,5}'::bigint[], 1000, 'w'`},
 		{"succeedLeased", s.succeedLeased, `1, 1, 'w'`},
-		{"failLeased", s.failLeased, `1, 1, 'e', 'pending', 0, 'ch', 'w'`},
+		{"failLeased", s.failLeased, `1, 1, 'e', 'pending', 0, 'ch', 'retry_scheduled', 'w'`},
 	}
-	conn, err := pool.Acquire(ctx)
+	// A connection of its own: the prepared statements and the setting
+	// below must not reach the shared pool's connections.
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	require.NoError(t, err)
-	defer conn.Release()
+	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`) // as a prepared statement runs after five executions
 	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode; DEALLOCATE ALL`) }()
 	for _, tc := range cases {
 		_, err := conn.Exec(ctx, `PREPARE p AS `+tc.sql)
 		require.NoError(t, err, tc.name)
