@@ -47,7 +47,7 @@ type Client struct {
 	exclusive sync.RWMutex
 
 	mu      sync.Mutex
-	runDone chan struct{}
+	started *started // workers started by Start, until Stop
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:

@@ -8,7 +8,14 @@ import (
 // ErrAlreadyRunning is returned by Run when the client is already running.
 var ErrAlreadyRunning = errors.New("queue: client is already running")
 
-// ErrNoQueues is returned by Run when Config.Queues is empty.
+// ErrNotStarted is returned by Stop when Start did not succeed.
+var ErrNotStarted = errors.New("queue: Stop without a successful Start")
+
+// ErrSchemaNotMigrated is returned by Run and Start when the schema lacks a
+// migration this version of pgwake needs.
+var ErrSchemaNotMigrated = errors.New("queue: schema not migrated")
+
+// ErrNoQueues is returned by Run and Start when Config.Queues is empty.
 var ErrNoQueues = errors.New("queue: no queues configured; set Config.Queues to run workers")
 
 // ErrNotFound is returned by Cancel and Retry when no job matches in the

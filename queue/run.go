@@ -2,72 +2,193 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/notify"
 )
 
 // Run works the configured queues until ctx is cancelled, then stops
 // claiming, lets running handlers finish for up to ShutdownTimeout, cancels
 // the rest (their failures are recorded like any other) and returns once
-// every goroutine it started has ended.
+// every goroutine it started has ended. Startup errors (a schema without
+// every migration, a listener that cannot start) are returned at once.
 func (c *Client) Run(ctx context.Context) error {
+	r, err := c.startup(ctx)
+	if err != nil {
+		return err
+	}
+	return r.serve(ctx, func() <-chan struct{} {
+		expired := make(chan struct{})
+		time.AfterFunc(c.cfg.ShutdownTimeout, func() { close(expired) })
+		return expired
+	})
+}
+
+// Start is Run for a service with a start and a stop: it checks the schema,
+// starts the LISTEN connection and waits until it listens (ctx bounds this
+// wait; a listener that cannot connect in time is an error), starts the
+// workers and returns. Startup errors are returned, not logged. Stop ends
+// the workers. ctx bounds the startup only.
+func (c *Client) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r, err := c.startup(runCtx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	if err := r.waitListening(ctx); err != nil {
+		cancel()
+		r.stopBackground()
+		c.running.Store(false)
+		return err
+	}
+	st := &started{cancel: cancel, done: make(chan struct{}), deadline: make(chan (<-chan struct{}), 1)}
+	c.mu.Lock()
+	c.started = st
+	c.mu.Unlock()
+	go func() {
+		defer close(st.done)
+		// Stop's context is the deadline for running handlers.
+		st.err = r.serve(runCtx, func() <-chan struct{} { return <-st.deadline })
+	}()
+	return nil
+}
+
+// Stop ends workers started by Start: it stops claiming, lets running
+// handlers finish until ctx is done, cancels the rest (their failures are
+// recorded like any other), waits for every goroutine Start started and
+// returns what Run would have. ErrNotStarted if Start did not succeed (or
+// Stop already ran).
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	st := c.started
+	c.started = nil
+	c.mu.Unlock()
+	if st == nil {
+		return ErrNotStarted
+	}
+	st.deadline <- ctx.Done()
+	st.cancel()
+	<-st.done
+	return st.err
+}
+
+// started is the state of workers started by Start.
+type started struct {
+	cancel   context.CancelFunc
+	deadline chan (<-chan struct{}) // Stop's ctx.Done()
+	done     chan struct{}          // closed when serve returned
+	err      error                  // serve's result, once done is closed
+}
+
+// runner is a started client: its listener, background goroutines and the
+// context its handlers run on.
+type runner struct {
+	c          *Client
+	listener   *notify.Listener
+	bg         sync.WaitGroup
+	lcancel    context.CancelFunc // listener, heartbeat, cleaner
+	hardCtx    context.Context    // handlers: outlives the run's ctx by the shutdown deadline
+	hardCancel context.CancelFunc
+	unsub      func()
+}
+
+// startup checks that the client can run and starts the listener; on error
+// nothing is left running.
+func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 	if len(c.loops) == 0 {
-		return ErrNoQueues
+		return nil, ErrNoQueues
 	}
 	if !c.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
+		return nil, ErrAlreadyRunning
 	}
-	defer c.running.Store(false)
-
-	// Handlers get hardCtx, which outlives ctx by up to ShutdownTimeout.
-	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer hardCancel()
-
-	var bg sync.WaitGroup
-	listener := c.cfg.Listener
-	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() { lcancel(); bg.Wait() }()
-	if listener == nil {
+	r := &runner{c: c}
+	var lctx context.Context
+	lctx, r.lcancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.hardCtx, r.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			r.stopBackground()
+			c.running.Store(false)
+		}
+	}()
+	if err := c.checkSchema(ctx); err != nil {
+		return nil, err
+	}
+	r.listener = c.cfg.Listener
+	if r.listener == nil {
 		cc := c.cfg.ListenerConnConfig
 		if cc == nil {
 			cc = c.pool.Config().ConnConfig
 		}
 		l, err := notify.New(notify.Config{ConnConfig: cc, Logger: c.log, Registerer: c.metrics.listenerRegisterer()})
 		if err != nil {
-			return fmt.Errorf("queue: start listener: %w", err)
+			return nil, fmt.Errorf("queue: start listener: %w", err)
 		}
-		listener = l
-		bg.Go(func() { _ = l.Run(lctx) })
+		r.listener = l
+		r.bg.Go(func() { _ = l.Run(lctx) })
 	}
-	unsubscribe, err := listener.Subscribe(c.channel, c.onNotify)
-	if err != nil {
-		return fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
+	if r.unsub, err = r.listener.Subscribe(c.channel, c.onNotify); err != nil {
+		return nil, fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
 	}
-	defer unsubscribe()
-
 	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
+	return r, nil
+}
+
+// stopBackground ends the listener subscription and the background
+// goroutines and waits for them.
+func (r *runner) stopBackground() {
+	if r.unsub != nil {
+		r.unsub()
+	}
+	r.lcancel()
+	r.bg.Wait()
+	r.hardCancel()
+}
+
+// waitListening waits until the listener is connected, or ctx ends.
+func (r *runner) waitListening(ctx context.Context) error {
+	for !r.listener.Connected() {
+		if !sleep(ctx, 5*time.Millisecond) {
+			return fmt.Errorf("queue: start: the LISTEN connection did not connect: %w", context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// serve runs the dispatchers until ctx is done, then lets running handlers
+// finish until the channel deadline() returns fires, cancels the rest, and
+// stops everything startup started.
+func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) error {
+	c := r.c
+	defer c.running.Store(false)
+	defer r.stopBackground()
+	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer lcancel()
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
-	bg.Go(func() { c.heartbeat(lctx) })
-	bg.Go(func() { c.cleaner(lctx) })
+	r.bg.Go(func() { c.heartbeat(lctx) })
+	r.bg.Go(func() { c.cleaner(lctx) })
 	// Until the handlers are done, not only until ctx: running leased jobs
 	// keep their leases through the shutdown deadline.
 	leaseCtx, leaseStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer leaseStop()
 	if len(c.cfg.LeasedKinds) > 0 {
-		bg.Go(func() { c.leaseLoop(leaseCtx) })
+		r.bg.Go(func() { c.leaseLoop(leaseCtx) })
 	}
 	defer c.dropWaiters()
 	var loops sync.WaitGroup
 	for _, l := range c.loops {
-		loops.Go(func() { l.dispatch(ctx, hardCtx) })
+		loops.Go(func() { l.dispatch(ctx, r.hardCtx) })
 	}
 	loops.Wait() // dispatchers return when ctx is done
 
@@ -79,17 +200,44 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		close(done)
 	}()
-	t := time.NewTimer(c.cfg.ShutdownTimeout)
-	defer t.Stop()
 	select {
 	case <-done:
-	case <-t.C:
-		c.log.Warn("shutdown timeout: cancelling running handlers", zap.Duration("timeout", c.cfg.ShutdownTimeout))
-		hardCancel()
+	case <-deadline():
+		c.log.Warn("shutdown deadline: cancelling running handlers")
+		r.hardCancel()
 		<-done
 	}
 	leaseStop()
+	lcancel()
 	c.log.Info("workers stopped")
+	return nil
+}
+
+// checkSchema returns ErrSchemaNotMigrated when the schema lacks a
+// migration this version of pgwake needs. A role that may not read the
+// migrations table is not stopped (its statements will say what is wrong).
+func (c *Client) checkSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := migrations.StatusOf(ctx, c.pool, c.cfg.Schema)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			c.log.Warn("cannot check the schema's migrations", zap.Error(err))
+			return nil
+		}
+		return fmt.Errorf("queue: check schema %s: %w", c.cfg.Schema, err)
+	}
+	var missing []string
+	for _, m := range st {
+		if m.AppliedAt.IsZero() {
+			missing = append(missing, fmt.Sprintf("%04d", m.Version))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: schema %s lacks migration(s) %s: run pgwake migrate (or migrations.Up)",
+			ErrSchemaNotMigrated, c.cfg.Schema, strings.Join(missing, ", "))
+	}
 	return nil
 }
 

@@ -1,0 +1,95 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// Start returns once the workers listen, Stop ends them with its context as
+// the deadline for running handlers (whose cancelled attempts are recorded);
+// misuse gets typed errors.
+func TestStartAndStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var cancelled atomic.Bool
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"default": {}},
+		PollInterval: time.Hour, // only a wake-up can start the job soon
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if j.Attempt == 1 {
+				<-ctx.Done() // runs until Stop's deadline
+				cancelled.Store(true)
+				return context.Cause(ctx)
+			}
+			return nil
+		})},
+	})
+	require.ErrorIs(t, e.c.Stop(ctx), queue.ErrNotStarted)
+	require.NoError(t, e.c.Start(ctx))
+	require.ErrorIs(t, e.c.Start(ctx), queue.ErrAlreadyRunning)
+	require.ErrorIs(t, e.c.Run(ctx), queue.ErrAlreadyRunning)
+	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	// Start returned after the listener was up: the job is woken, not polled.
+	waitFor(t, 10*time.Second, "job running", func() bool {
+		return e.countSQL(`SELECT count(*) FROM `+e.table("attempts")+` WHERE job_id = $1`, res.ID) == 1
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	require.NoError(t, e.c.Stop(stopCtx))
+	require.GreaterOrEqual(t, time.Since(t0), 250*time.Millisecond)
+	require.True(t, cancelled.Load(), "the running handler was cancelled at Stop's deadline")
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending' AND attempts = 1`, res.ID), "the cancelled attempt counted")
+	require.ErrorIs(t, e.c.Stop(ctx), queue.ErrNotStarted)
+	// Startable again after Stop.
+	require.NoError(t, e.c.Start(ctx))
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET run_after = now() WHERE id = $1`, res.ID)
+	require.NoError(t, err)
+	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "k"}) // wakes the worker
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "retry done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, res.ID) == 1 })
+	require.NoError(t, e.c.Stop(ctx))
+}
+
+// Start and Run refuse a schema that lacks migrations, and Start a listener
+// that cannot connect, before any worker starts.
+func TestStartupErrorsAreReturned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	cfg := queue.Config{
+		Schema:   pgtest.SchemaOn(t, pool), // never migrated
+		Queues:   map[string]queue.QueueConfig{"default": {}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
+	}
+	c, err := queue.New(pool, cfg)
+	require.NoError(t, err)
+	err = c.Start(ctx)
+	require.ErrorIs(t, err, queue.ErrSchemaNotMigrated)
+	require.Contains(t, err.Error(), "pgwake migrate")
+	require.ErrorIs(t, c.Run(ctx), queue.ErrSchemaNotMigrated)
+
+	e := newEnv(t, queue.Config{Queues: map[string]queue.QueueConfig{"default": {}}})
+	cc := e.pool.Config().ConnConfig.Copy()
+	cc.Port = 1 // nothing listens there
+	cc.ConnectTimeout = 100 * time.Millisecond
+	cfg.Schema, cfg.ListenerConnConfig = e.schema, cc
+	c, err = queue.New(e.pool, cfg)
+	require.NoError(t, err)
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	err = c.Start(sctx)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, context.DeadlineExceeded), err)
+	require.ErrorIs(t, c.Stop(ctx), queue.ErrNotStarted)
+}
