@@ -26,6 +26,10 @@ type batch struct {
 	next    int            // jobs[:next] were started or skipped
 	cancels map[int64]bool // to skip: cancelled through this client before they started
 	skipped map[int64]bool // cancels recorded by the batch's commit
+	// runningID is the job whose handler runs now (0: none), stop cancels
+	// its handler's context.
+	runningID   int64
+	stopRunning context.CancelCauseFunc
 	done    chan struct{}  // closed when the batch has ended
 }
 
@@ -90,6 +94,27 @@ func (b *batch) requestCancel(id int64) bool {
 		}
 	}
 	return false
+}
+
+// running records that job id's handler runs now, stoppable by stop (id 0:
+// none runs).
+func (b *batch) running(id int64, stop context.CancelCauseFunc) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.runningID, b.stopRunning = id, stop
+}
+
+// stopJob cancels job id: its handler's context if it runs now, else it is
+// skipped if not started yet.
+func (b *batch) stopJob(id int64) {
+	b.mu.Lock()
+	if b.runningID == id && b.stopRunning != nil {
+		b.stopRunning(errCancelledWhileRunning)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.requestCancel(id)
 }
 
 // cancelled lists the jobs the batch skipped because they were cancelled.

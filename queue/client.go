@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -329,8 +330,10 @@ func (c *Client) resolveDuplicates(ctx context.Context, q querier, ps []prepared
 // Cancel marks a pending job cancelled (with a cancelled event). A job this
 // client has claimed but not started is skipped and recorded cancelled by its
 // batch, without waiting for the batch's other jobs. A job whose handler is
-// running now waits for it: Cancel blocks until that attempt ends, then
-// cancels the job only if it is still pending.
+// running now (in held mode, in any process) is told to stop: its handler's
+// context is cancelled and the attempt is recorded cancelled (no retry);
+// Cancel returns once that is committed. A worker that does not get the
+// notification (its LISTEN connection is down) finishes the attempt first.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
 	if b := c.claimedBatch(id); b != nil && b.requestCancel(id) {
 		if batchOf(ctx) == b {
@@ -347,7 +350,21 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 			return nil
 		}
 	}
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
+	// A held-mode job whose handler runs holds its row locked until the
+	// attempt ends: ask its worker, wherever it is, to cancel the handler
+	// and record the attempt cancelled. The cancel below waits for the row.
+	if _, err := c.pool.Exec(ctx, c.sql.notify, c.channel, stopPrefix+strconv.FormatInt(id, 10)); err != nil {
+		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+	}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
+	if errors.Is(err, ErrNotFound) {
+		// Its worker recorded the attempt cancelled first.
+		var state string
+		if c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&state) == nil && state == StateCancelled {
+			return nil
+		}
+	}
+	return err
 }
 
 // CancelTx is Cancel in the caller's transaction. From a handler, on its

@@ -71,3 +71,7 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v\n%s", e.Value, e.Stack) }
+
+// errCancelledWhileRunning is the cause of a held-mode handler's context
+// when Cancel asked for its job while it ran.
+var errCancelledWhileRunning = errors.New("cancelled while its handler ran (Client.Cancel)")

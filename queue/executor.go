@@ -118,8 +118,15 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop) 
 		j := &cj.job
 		c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
 		jtx := &jobTx{tx: b.tx, batch: b}
+		jctx, stop := context.WithCancelCause(hctx)
+		b.running(j.ID, stop)
 		t0 := time.Now()
-		herr := c.runHandler(hctx, jtx, j)
+		herr := c.runHandler(jctx, jtx, j)
+		b.running(0, nil)
+		if errors.Is(context.Cause(jctx), errCancelledWhileRunning) {
+			herr = Cancel(errCancelledWhileRunning) // whatever it returned
+		}
+		stop(nil)
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
 		switch b.conn.Conn().PgConn().TxStatus() {

@@ -40,8 +40,23 @@ type leasedRun struct {
 // cancelled: '!' starts no queue name.
 const cancelPrefix = "!cancel|"
 
-// onCancelNotify cancels the handler of a running leased job of ours.
+// stopPrefix starts the payload that Cancel sends before it waits for a
+// held-mode job's row: the worker running the job cancels its handler and
+// records the attempt cancelled.
+const stopPrefix = "!stop|"
+
+// onCancelNotify cancels the handler of a running job of ours: a leased job
+// that was cancelled ("!cancel|<id>"), or a held-mode job that Cancel is
+// waiting for ("!stop|<id>").
 func (c *Client) onCancelNotify(payload string) {
+	if rest, ok := strings.CutPrefix(payload, stopPrefix); ok {
+		if id, err := strconv.ParseInt(rest, 10, 64); err == nil {
+			if b := c.claimedBatch(id); b != nil {
+				b.stopJob(id)
+			}
+		}
+		return
+	}
 	id, err := strconv.ParseInt(strings.TrimPrefix(payload, cancelPrefix), 10, 64)
 	if err != nil {
 		return

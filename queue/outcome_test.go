@@ -196,3 +196,51 @@ func TestRetryPolicyNeedsAHandler(t *testing.T) {
 		RetryPolicies: map[string]queue.RetryPolicy{"nope": func(*queue.Job, error) time.Duration { return 0 }}})
 	require.ErrorIs(t, err, queue.ErrInvalidConfig)
 }
+
+// Cancel from another client reaches a held-mode job whose handler runs:
+// the handler's context ends at once, its writes roll back, and the job ends
+// cancelled with its attempt counted and no retry.
+func TestCancelRunningHeldJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	running := make(chan struct{}, 1)
+	ended := make(chan time.Time, 1)
+	var schema string
+	e := newEnv(t, queue.Config{
+		Queues:  map[string]queue.QueueConfig{"default": {}},
+		Backoff: fastBackoff,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if err := effect(ctx, tx, schema, j); err != nil {
+				return err
+			}
+			running <- struct{}{}
+			<-ctx.Done()
+			ended <- time.Now()
+			return ctx.Err() // what a handler usually returns
+		})},
+	})
+	schema = e.schema
+	e.run()
+	waitFor(t, 10*time.Second, "listener", func() bool {
+		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
+	})
+	other := newEnvOn(t, e.pool, e.schema, queue.Config{}) // another process's client
+	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "long", MaxAttempts: 5})
+	require.NoError(t, err)
+	<-running
+	asked := time.Now()
+	require.NoError(t, other.c.Cancel(ctx, res.ID))
+	returned := time.Since(asked)
+	select {
+	case at := <-ended:
+		t.Logf("handler cancelled %s after Cancel was called; Cancel returned after %s", at.Sub(asked), returned)
+		require.Less(t, at.Sub(asked), time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running handler was not cancelled")
+	}
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled' AND attempts = 1 AND last_error LIKE '%Client.Cancel%'`, res.ID))
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(res.ID))
+	require.Zero(t, e.effectCounts()[res.ID], "the handler's writes rolled back")
+	require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}))
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}

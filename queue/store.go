@@ -53,6 +53,10 @@ type statements struct {
 	// cancel marks pending or running jobs $1 cancelled ($2: channel, to
 	// tell a running job's worker). Rows: the ids it cancelled, tell count.
 	cancel string
+	// jobState is job $1's state.
+	jobState string
+	// notify sends payload $2 on channel $1.
+	notify string
 	// startLeased marks leased jobs $1 running with a lease of $2 µs owned
 	// by client $3, attempt counted. Rows: the ids it started.
 	startLeased string
@@ -237,6 +241,8 @@ WITH j AS (
 	SELECT pg_catalog.pg_notify($2::text, '!cancel|' || id::text) FROM j WHERE leased_by IS NOT NULL
 )
 SELECT id, (SELECT count(*) FROM tell) FROM j`
+	s.jobState = `SELECT state FROM ` + jobs + ` WHERE id = $1`
+	s.notify = `SELECT pg_catalog.pg_notify($1::text, $2::text)`
 	s.retry = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,

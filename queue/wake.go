@@ -62,7 +62,7 @@ func (c *Client) onNotify(ev notify.Event) {
 		}
 		return
 	}
-	if strings.HasPrefix(ev.Payload, cancelPrefix) {
+	if strings.HasPrefix(ev.Payload, cancelPrefix) || strings.HasPrefix(ev.Payload, stopPrefix) {
 		c.onCancelNotify(ev.Payload)
 		return
 	}
