@@ -353,11 +353,17 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	// A held-mode job whose handler runs holds its row locked until the
 	// attempt ends: ask its worker, wherever it is, to cancel the handler
 	// and record the attempt cancelled. The cancel below waits for the row.
-	if _, err := c.pool.Exec(ctx, c.sql.notify, c.channel, stopPrefix+strconv.FormatInt(id, 10)); err != nil {
+	var before string
+	if err := c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&before); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
 	}
+	if before == StatePending {
+		if _, err := c.pool.Exec(ctx, c.sql.notify, c.channel, stopPrefix+strconv.FormatInt(id, 10)); err != nil {
+			return fmt.Errorf("queue: cancel job %d: %w", id, err)
+		}
+	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) && before == StatePending {
 		// Its worker recorded the attempt cancelled first.
 		var state string
 		if c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&state) == nil && state == StateCancelled {
