@@ -226,3 +226,40 @@ func TestLeasedConcurrencyIsNotBoundedByThePool(t *testing.T) {
 	require.Equal(t, n, e.count(`state = 'succeeded' AND attempts = 1`), "a job ran twice")
 	require.Greater(t, peak.Load(), int64(20), "concurrency capped by the pool")
 }
+
+// A stalled process (SIGSTOP past its lease, then SIGCONT) cannot complete a
+// job that was rescued meanwhile: its completion is refused and its
+// completion transaction's writes roll back.
+func TestStalledLeasedWorkerCannotCompleteARescuedJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "effect"})
+	require.NoError(t, err)
+	// The helper's handler writes its effect, then works for 1.5 s.
+	cmd := startHelperWith(t, e, 1500*time.Millisecond, "PGWAKE_TEST_LEASED=effect")
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	waitFor(t, 30*time.Second, "leased job running", func() bool { return e.count(`id = $1 AND state = 'running'`, r.ID) == 1 })
+	// Its handler's transaction holds the effect, not committed yet.
+	waitFor(t, 30*time.Second, "effect written", func() bool {
+		return e.countSQL(`SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'effects' AND c.relnamespace = $1::regnamespace AND l.mode = 'RowExclusiveLock'`, e.schema) == 1
+	})
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	rescuer := newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"effect"},
+		LeaseDuration: 300 * time.Millisecond,
+		Backoff:       fastBackoff,
+		Handlers:      map[string]queue.Handler{"effect": effectHandler(e.schema, 0)},
+	})
+	rescuer.run()
+	waitFor(t, 30*time.Second, "rescued and done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, r.ID) == 1 })
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	// The stalled handler's 1.5 s are long past: it returns at once and
+	// tries to complete; give it time to try.
+	time.Sleep(time.Second)
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 2 AND last_error LIKE 'lease expired%'`, r.ID))
+	require.Equal(t, 1, e.effectCounts()[r.ID], "only the rescuer's completion committed its writes")
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
