@@ -216,10 +216,13 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 // checkSchema returns ErrSchemaNotMigrated when the schema lacks a
 // migration this version of pgwake needs. A role that may not read the
 // migrations table is not stopped (its statements will say what is wrong).
-func (c *Client) checkSchema(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+func (c *Client) checkSchema(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, 10*time.Second)
 	defer cancel()
 	st, err := migrations.StatusOf(ctx, c.pool, c.cfg.Schema)
+	if err != nil && parent.Err() != nil {
+		return nil // stopped before it started: Run returns as from a stop
+	}
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" {
