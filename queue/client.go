@@ -34,8 +34,9 @@ type Client struct {
 	leasedKinds []string
 	// leases maps the id of every leased job running in this client to
 	// its *leasedRun.
-	leases  sync.Map
-	running atomic.Bool
+	leases      sync.Map
+	completions completer // leased successes, written together
+	running     atomic.Bool
 	// claimIdleTimeout, when not empty, is set as the claim transaction's
 	// idle_in_transaction_session_timeout (see claimIdleTimeoutFor). Written
 	// by Run before the dispatchers start.

@@ -289,12 +289,13 @@ LIMIT 100
 FOR UPDATE SKIP LOCKED`
 	s.succeedLeased = `
 WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
-	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
-	RETURNING id, queue, kind, attempts
+	UPDATE ` + jobs + ` AS j SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
+	FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::int[])) AS t(id, attempts)
+	WHERE j.id = t.id AND j.attempts = t.attempts AND ` + stateIs("j.state", "running") + ` AND j.leased_by = $3::text
+	RETURNING j.id, j.queue, j.kind, j.attempts
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-	SELECT id, 'succeeded', queue, kind, attempts FROM j
+	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
 SELECT id FROM j`
 	s.failLeased = `
