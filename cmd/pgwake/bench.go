@@ -28,9 +28,16 @@ checks that each job was handled exactly once.
            workers, against a plain one-row INSERT baseline in the same run
   scale    drain of --scale-small vs --scale-large pending jobs, and of
            --scale-small with --scale-finished finished jobs in the table
+  concurrent --concurrent-jobs jobs whose handlers each sleep
+           --concurrent-sleep, all allowed at once, on a pool of
+           --concurrent-pool connections: jobs/s and the fraction of the
+           ideal (jobs / sleep per second)
 
 pgwake runs with queue.Config defaults; only the queue ("bench",
-MaxWorkers --workers) and a no-op handler are set. Each mode works in a
+MaxWorkers --workers) and a no-op handler are set. pgwake-leased is the
+same in leased mode (Config.LeasedKinds); it runs drain, latency, idle,
+delayed and concurrent (held mode, which holds a connection per running
+job, skips concurrent). Each mode works in a
 fresh schema pgwake_bench_<n> that it drops afterwards. With no database URL
 (--database-url, PGWAKE_DATABASE_URL, DATABASE_URL) it starts a throwaway
 PostgreSQL with fsync on and removes it at the end.
@@ -61,7 +68,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if u, err := env.resolveURL(); err == nil {
 		opts.DatabaseURL = u
 	}
-	_, err = bench.Run(ctx, opts, &bench.Pgwake{})
+	_, err = bench.Run(ctx, opts, &bench.Pgwake{}, &bench.Pgwake{Leased: true})
 	if errors.Is(err, bench.ErrInvalidOptions) {
 		return usagef("%v", err)
 	}

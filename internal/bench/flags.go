@@ -35,6 +35,9 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.ScaleSmall, "scale-small", d.ScaleSmall, "scale: the small backlog")
 	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the scale target is 1000000)")
 	fs.IntVar(&s.ScaleFinished, "scale-finished", d.ScaleFinished, "scale: finished jobs left in the table for the third case (0 skips it)")
+	fs.IntVar(&s.ConcurrentJobs, "concurrent-jobs", d.ConcurrentJobs, "concurrent: jobs, all allowed to run at once")
+	fs.DurationVar(&s.ConcurrentSleep, "concurrent-sleep", d.ConcurrentSleep, "concurrent: how long each handler sleeps")
+	fs.IntVar(&s.ConcurrentPool, "concurrent-pool", d.ConcurrentPool, "concurrent: connections in the mode's own pool")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
 	return func() (Options, error) {

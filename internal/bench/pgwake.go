@@ -25,6 +25,10 @@ type Pgwake struct {
 	// Tune, when set, changes the config after the bench's settings (for
 	// experiments; results then no longer show the defaults).
 	Tune func(*queue.Config)
+	// Leased runs the bench kind in leased mode (Config.LeasedKinds): the
+	// claim commits, handlers hold no connection. It takes part in the
+	// concurrent mode, which held mode cannot run on a small pool.
+	Leased bool
 
 	env    *Env
 	schema string
@@ -39,10 +43,13 @@ const (
 	BenchKind  = "bench"
 )
 
-// Name returns Label or "pgwake".
+// Name returns Label, or "pgwake" ("pgwake-leased" when Leased).
 func (p *Pgwake) Name() string {
-	if p.Label != "" {
+	switch {
+	case p.Label != "":
 		return p.Label
+	case p.Leased:
+		return "pgwake-leased"
 	}
 	return "pgwake"
 }
@@ -50,14 +57,25 @@ func (p *Pgwake) Name() string {
 // Config describes the configuration.
 func (p *Pgwake) Config() string {
 	s := "queue.Config defaults; Queues{bench: MaxWorkers=workers}; one no-op handler"
+	if p.Leased {
+		s += "; LeasedKinds{bench}"
+	}
 	if p.Tune != nil {
 		s += "; tuned by the caller"
 	}
 	return s
 }
 
-// Supports is true for every mode.
-func (p *Pgwake) Supports(Mode) bool { return true }
+// Supports: held mode every mode but concurrent, leased mode drain,
+// latency, idle, delayed and concurrent.
+func (p *Pgwake) Supports(m Mode) bool {
+	if p.Leased {
+		// The enqueue and scale paths are the same in both modes.
+		return m != ModeEnqueue && m != ModeScale
+	}
+	// Held mode holds a connection per running job: not on a small pool.
+	return m != ModeConcurrent
+}
 
 func (p *Pgwake) config(handle HandleFunc) queue.Config {
 	cfg := queue.Config{
@@ -71,8 +89,21 @@ func (p *Pgwake) config(handle HandleFunc) queue.Config {
 				return fmt.Errorf("bench payload: %w", err)
 			}
 			handle(pl.Seq)
+			if pl.SleepMS > 0 {
+				select {
+				case <-time.After(time.Duration(pl.SleepMS) * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			return nil
 		})}
+	}
+	if p.Leased {
+		cfg.AllowSmallPool = true // leased handlers hold no connection
+		if handle != nil {
+			cfg.LeasedKinds = []string{BenchKind}
+		}
 	}
 	if p.Tune != nil {
 		p.Tune(&cfg)
@@ -155,10 +186,10 @@ func (p *Pgwake) Diagnostics() map[string]float64 {
 	return out
 }
 
-// Unfinished counts pending jobs.
+// Unfinished counts pending and running (leased) jobs.
 func (p *Pgwake) Unfinished(ctx context.Context) (int64, error) {
 	var n int64
-	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state = 'pending'`).Scan(&n)
+	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state IN ('pending', 'running')`).Scan(&n)
 	return n, err
 }
 

@@ -21,10 +21,13 @@ const (
 	ModeDelayed Mode = "delayed"
 	ModeEnqueue Mode = "enqueue"
 	ModeScale   Mode = "scale"
+	// ModeConcurrent: many jobs that wait on something else, on a small
+	// pool (systems whose handlers hold no connection while they run).
+	ModeConcurrent Mode = "concurrent"
 )
 
 // AllModes lists every mode in run order.
-var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale}
+var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeConcurrent}
 
 // ErrUnknownMode is wrapped by ParseModes for a name that is not a mode.
 var ErrUnknownMode = errors.New("unknown bench mode")
@@ -85,17 +88,22 @@ type Job struct {
 	Seq int64
 	// RunAt, when not zero, is the time the job becomes due (delayed mode).
 	RunAt time.Time
+	// Sleep is how long its handler sleeps after reporting the job
+	// (concurrent mode).
+	Sleep time.Duration
 }
 
-// Payload is the job's arguments as JSON: {"seq":N}. Systems that carry a
-// payload store this and hand its decoded Seq to the handler callback.
+// Payload is the job's arguments as JSON: {"seq":N}, plus "sleep_ms" when its
+// handler sleeps. Systems that carry a payload store this, hand its decoded
+// Seq to the handler callback, then sleep SleepMS.
 type Payload struct {
-	Seq int64 `json:"seq"`
+	Seq     int64 `json:"seq"`
+	SleepMS int64 `json:"sleep_ms,omitempty"`
 }
 
 // EncodePayload returns job's payload JSON.
 func EncodePayload(job Job) []byte {
-	b, _ := json.Marshal(Payload{Seq: job.Seq}) // cannot fail
+	b, _ := json.Marshal(Payload{Seq: job.Seq, SleepMS: job.Sleep.Milliseconds()}) // cannot fail
 	return b
 }
 
