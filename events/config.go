@@ -150,13 +150,64 @@ type TopicFunc func(Event) string
 // SingleTopic publishes every event to one topic.
 func SingleTopic(topic string) TopicFunc { return func(Event) string { return topic } }
 
-// TopicPerType publishes to prefix + "." + event type, e.g.
+// TopicPerType publishes to prefix + "." + SubjectSafe(event type), e.g.
 // "pgwake.events.succeeded".
 func TopicPerType(prefix string) TopicFunc {
-	return func(e Event) string { return prefix + "." + e.Type }
+	return func(e Event) string { return prefix + "." + SubjectSafe(e.Type) }
 }
 
-// TopicPerQueue publishes to prefix + "." + queue, e.g. "pgwake.events.emails".
+// TopicPerQueue publishes to prefix + "." + SubjectSafe(queue), e.g.
+// "pgwake.events.emails"; the queue "a..b" goes to "pgwake.events.a%2E%2Eb".
 func TopicPerQueue(prefix string) TopicFunc {
-	return func(e Event) string { return prefix + "." + e.Queue }
+	return func(e Event) string { return prefix + "." + SubjectSafe(e.Queue) }
+}
+
+// SubjectSafe maps a name to a valid NATS subject tail (and a plain
+// RabbitMQ exchange name part). A name of ASCII letters, digits, '_' and
+// '-' in non-empty dot-separated tokens is returned as it is ("emails",
+// "billing.eu"); any other name becomes one token with every other byte,
+// dots included, written as %XX ("a..b" -> "a%2E%2Eb", "" -> "%00"). Two
+// different names never map to the same string.
+func SubjectSafe(name string) string {
+	if subjectClean(name) {
+		return name
+	}
+	if name == "" {
+		return "%00"
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(name)+8)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if subjectByte(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+func subjectByte(c byte) bool {
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'
+}
+
+// subjectClean reports whether name is non-empty dot-separated tokens of
+// subjectByte bytes.
+func subjectClean(name string) bool {
+	token := 0
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '.':
+			if token == 0 {
+				return false
+			}
+			token = 0
+		case subjectByte(c):
+			token++
+		default:
+			return false
+		}
+	}
+	return token > 0
 }

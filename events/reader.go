@@ -31,15 +31,17 @@ type reader struct {
 	pubDone <-chan struct{} // closed when the publisher stopped
 	rels    map[uint32]*relation
 
-	cur        *txn          // the open transaction, nil between transactions
-	idle       pglogrepl.LSN // keepalive position seen between transactions
-	nextStatus time.Time
-	lastStatus time.Time
+	cur         *txn          // the open transaction, nil between transactions
+	idle        pglogrepl.LSN // keepalive position seen between transactions
+	nextStatus  time.Time
+	lastStatus  time.Time
+	lastAdvance time.Time // last status update that moved the acknowledged position
 }
 
-// ackDelay is the shortest time between two acknowledgements of a new
-// position; status updates are also sent every StatusInterval.
-const ackDelay = 100 * time.Millisecond
+// ackDelay is the shortest time between two status updates that move the
+// acknowledged position (a position published after a quiet spell goes at
+// once); status updates are also sent every StatusInterval.
+const ackDelay = 50 * time.Millisecond
 
 // inflightPoll is how often the reader, waiting for the server, looks
 // whether the publisher has published more while transactions are in
@@ -56,7 +58,7 @@ const statusWriteTimeout = 10 * time.Second
 func (r *reader) statusDue(now time.Time) (due time.Time, send bool) {
 	due = r.nextStatus
 	if r.position() > pglogrepl.LSN(r.s.acked.Load()) {
-		if soon := r.lastStatus.Add(ackDelay); soon.Before(due) {
+		if soon := r.lastAdvance.Add(ackDelay); soon.Before(due) {
 			due = soon
 		}
 	} else if r.s.handed.Load() > r.s.publishedTxn.Load() {
@@ -255,13 +257,15 @@ func (r *reader) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("events: standby status update: %w", err)
 	}
 	if uint64(pos) > r.s.acked.Load() {
+		r.lastAdvance = r.lastStatus
 		r.s.acked.Store(uint64(pos))
 		r.s.log.Debug("acknowledged", zap.String("lsn", pos.String()))
 	}
 	return nil
 }
 
-// decode turns an insert into the events table into an Event.
+// decode turns an insert into the events table into an Event. On error
+// the Event carries the id when it could be read.
 func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) {
 	col := func(name string) ([]byte, error) {
 		i := rel.cols[name]
@@ -304,15 +308,15 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) 
 	at := strCol("at")
 	raw := strCol("data")
 	if err != nil {
-		return Event{}, err
+		return Event{ID: e.ID}, err
 	}
 	var ts pgtype.Timestamptz
 	if err := r.s.types.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, []byte(at), &ts); err != nil {
-		return Event{}, fmt.Errorf("events: event %d: at %q: %w", e.ID, at, err)
+		return Event{ID: e.ID}, fmt.Errorf("events: event %d: at %q: %w", e.ID, at, err)
 	}
 	e.At = ts.Time.UTC()
 	if err := e.setData([]byte(raw)); err != nil {
-		return Event{}, err
+		return Event{ID: e.ID}, err
 	}
 	return e, nil
 }

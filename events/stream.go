@@ -179,7 +179,6 @@ func (s *Stream) Run(ctx context.Context) error {
 			return nil
 		}
 		if IsPermanent(err) {
-			s.log.Error("replication stream stopped", zap.String("slot", s.cfg.Slot), zap.Error(err))
 			return err
 		}
 		// Only a session that streamed for a while resets the backoff: one
