@@ -49,6 +49,8 @@ type Sizes struct {
 	// IdleTimeout gives up waiting for handlers when no new job has started
 	// for this long. Default 60s.
 	IdleTimeout time.Duration
+	// StreamJobs is how many jobs the stream mode drains. Default 50,000.
+	StreamJobs int
 }
 
 // DefaultSizes returns the defaults, sized so that `make bench` finishes in
@@ -82,6 +84,7 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.ScaleFinished, 100000)
 	def(&s.BatchSize, 5000)
 	defD(&s.IdleTimeout, 60*time.Second)
+	def(&s.StreamJobs, 50000)
 	return s
 }
 
@@ -96,7 +99,7 @@ func (s Sizes) validate() error {
 		name string
 		v    int
 	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
-		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize}} {
+		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize}, {"stream jobs", s.StreamJobs}} {
 		if c.v < 1 {
 			return bad("%s must be at least 1, got %d", c.name, c.v)
 		}
