@@ -24,7 +24,7 @@ type AsyncPublisher interface {
 }
 
 // maxFlights bounds the batches sent and not yet acknowledged by the broker.
-const maxFlights = 8
+const maxFlights = 16
 
 // run is consecutive events of one topic, published in one call.
 type run struct {
@@ -94,10 +94,10 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 				return stop(nil) // stopped mid-retry; nothing of the batch is acknowledged
 			}
 		}
+		// Handed over even when ctx is done: confirmLoop counts what was
+		// sent, and awaits it, until flights is closed.
 		select {
 		case flights <- f:
-		case <-ctx.Done():
-			return stop(nil)
 		case err := <-confirmed:
 			close(flights)
 			return err
