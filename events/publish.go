@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -9,9 +10,9 @@ import (
 )
 
 // AsyncPublisher is a Publisher that can send without waiting for the
-// broker. A Stream whose Publisher implements it keeps up to
-// maxFlights batches on the wire while it awaits their acknowledgements in
-// order, instead of one round trip per batch. natsbridge's default
+// broker. A Stream whose Publisher implements it keeps up to 4*MaxBatch
+// events on the wire while it awaits their acknowledgements in order,
+// instead of one round trip per batch. natsbridge's default
 // publisher implements it.
 type AsyncPublisher interface {
 	message.Publisher
@@ -23,8 +24,13 @@ type AsyncPublisher interface {
 	PublishAsync(topic string, msgs ...*message.Message) (wait func() error, err error)
 }
 
-// maxFlights bounds the batches sent and not yet acknowledged by the broker.
-const maxFlights = 16
+// maxFlights bounds the batches sent and not yet acknowledged; the events
+// in them are bounded by 4*MaxBatch (inFlightBatches).
+const maxFlights = 1024
+
+// inFlightBatches times MaxBatch bounds the events sent and not yet
+// acknowledged by the broker.
+const inFlightBatches = 4
 
 // run is consecutive events of one topic, published in one call.
 type run struct {
@@ -36,8 +42,9 @@ type run struct {
 
 // flight is one batch of transactions on its way to the broker.
 type flight struct {
-	txns []*txn
-	runs []*run
+	txns   []*txn
+	runs   []*run
+	events int
 }
 
 // publishLoop takes handed-over transactions in batches of up to MaxBatch
@@ -47,7 +54,9 @@ type flight struct {
 func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 	flights := make(chan *flight, maxFlights-1)
 	confirmed := make(chan error, 1)
-	go func() { confirmed <- s.confirmLoop(ctx, flights) }()
+	var inflight atomic.Int64      // events in flights not yet confirmed
+	room := make(chan struct{}, 1) // a flight was confirmed
+	go func() { confirmed <- s.confirmLoop(ctx, flights, &inflight, room) }()
 	stop := func(err error) error {
 		close(flights)
 		if cerr := <-confirmed; err == nil {
@@ -78,7 +87,18 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 				break drain
 			}
 		}
-		f := &flight{txns: batch, runs: s.encode(batch)}
+		// Wait for room on the wire: few events in flight keep the
+		// commit-to-broker time short, a bound keeps memory bounded.
+		for inflight.Load() > 0 && inflight.Load()+int64(n) > int64(inFlightBatches*s.cfg.MaxBatch) {
+			select {
+			case <-room:
+			case err := <-confirmed:
+				close(flights)
+				return err
+			}
+		}
+		f := &flight{txns: batch, runs: s.encode(batch), events: n}
+		inflight.Add(int64(n))
 		for _, r := range f.runs {
 			if async != nil {
 				wait, err := async.PublishAsync(r.topic, r.msgs...)
@@ -108,7 +128,7 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 // confirmLoop awaits each flight's acknowledgements in order, publishes
 // again what the broker refused, and then advances the published position
 // past the flight's whole transactions.
-func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight) error {
+func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflight *atomic.Int64, room chan<- struct{}) error {
 	for f := range flights {
 		for _, r := range f.runs {
 			if r.wait == nil {
@@ -134,6 +154,11 @@ func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight) error 
 				s.published.Store(uint64(t.end))
 			}
 			last = t
+		}
+		inflight.Add(-int64(f.events))
+		select {
+		case room <- struct{}{}:
+		default:
 		}
 		if s.publishedTxn.Add(uint64(len(f.txns))) >= s.handed.Load() {
 			s.pendingSince.Store(0)
