@@ -214,7 +214,7 @@ func run(ctx context.Context, env *bench.Env, sizes bench.Sizes, natsURL string)
 	res.Extra["caught_up_ms"] = float64(caughtUpAfter) / float64(time.Millisecond)
 
 	env.Logf("stream: reading %d drain events back from JetStream", drainEvents)
-	lat, seen, err := latencies(js, live.subject, firstDrainID)
+	lat, seen, err := latencies(js, live.subject, firstDrainID, int(drainEvents))
 	if err != nil {
 		return res, err
 	}
@@ -297,8 +297,9 @@ func sampleLag(ctx context.Context, pool *pgxpool.Pool, slot string, maxLag *ato
 
 // latencies reads subject from the start of its stream and returns the
 // commit-to-broker latency (ms) of every distinct event with an id above
-// after, and how many there were.
-func latencies(js nats.JetStreamContext, subject string, after int64) ([]float64, int, error) {
+// after, and how many there were: want, or fewer when no message came for
+// two seconds.
+func latencies(js nats.JetStreamContext, subject string, after int64, want int) ([]float64, int, error) {
 	sub, err := js.SubscribeSync(subject, nats.OrderedConsumer(), nats.DeliverAll())
 	if err != nil {
 		return nil, 0, err
@@ -306,7 +307,7 @@ func latencies(js nats.JetStreamContext, subject string, after int64) ([]float64
 	defer func() { _ = sub.Unsubscribe() }()
 	seen := map[int64]bool{}
 	var lat []float64
-	for {
+	for len(seen) < want {
 		msg, err := sub.NextMsg(2 * time.Second)
 		if errors.Is(err, nats.ErrTimeout) {
 			return lat, len(seen), nil
@@ -328,4 +329,5 @@ func latencies(js nats.JetStreamContext, subject string, after int64) ([]float64
 		seen[ev.ID] = true
 		lat = append(lat, float64(meta.Timestamp.Sub(ev.At))/float64(time.Millisecond))
 	}
+	return lat, len(seen), nil
 }
