@@ -27,8 +27,9 @@ type Config struct {
 	Slot string
 	// TemporarySlot makes the slot temporary: dropped by the server when the
 	// connection ends. After a reconnect a new slot starts at the current
-	// WAL position, so events committed meanwhile are not streamed. For
-	// tailing, not for forwarding. Default false.
+	// WAL position, so events committed meanwhile are not streamed (pgwake
+	// events tail uses a persistent slot it drops on exit instead). Default
+	// false.
 	TemporarySlot bool
 	// Publication is the publication on <schema>.events (inserts only). It is
 	// created if it does not exist, which needs ownership of the table.
@@ -52,9 +53,13 @@ type Config struct {
 	// last). Default 1000.
 	MaxBatch int
 	// MinBackoff and MaxBackoff bound the exponential backoff (with jitter)
-	// between reconnects and between publish retries. Defaults 100ms, 10s.
+	// between reconnects and between publish retries. A session that
+	// streamed for MaxBackoff (at least 1s) starts the reconnect backoff
+	// over; one that fails sooner keeps doubling it. Defaults 100ms, 10s.
 	MinBackoff, MaxBackoff time.Duration
-	// LagInterval is how often the slot's lag is measured. Default 10s.
+	// LagInterval is how often the slot's lag is checked against
+	// LagWarnBytes and LagWarnAge; the lag gauges are measured when
+	// scraped. Default 10s.
 	LagInterval time.Duration
 	// LagWarnBytes logs a warning when the slot retains more WAL than this.
 	// Default 1 GiB; negative disables.

@@ -150,9 +150,9 @@ func (s *Stream) Sessions() int64 { return s.sessions.Load() }
 
 // Run streams events until ctx is done, reconnecting with backoff after
 // connection loss or server restarts. It returns nil after ctx is done (the
-// last published position is acknowledged first) and an error only for a
-// problem a reconnect cannot fix: wal_level, privileges, the publication,
-// an unusable slot. Run must not be called twice at once.
+// last published position is acknowledged first) and a PermanentError only
+// for a problem a reconnect cannot fix: wal_level, privileges, the schema,
+// the publication, an unusable slot. Run must not be called twice at once.
 func (s *Stream) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("events: Stream.Run is already running")
