@@ -39,6 +39,16 @@ type Config struct {
 	Publisher message.Publisher
 	// Topic names the topic of an event. Default SingleTopic("pgwake.events").
 	Topic TopicFunc
+	// DeadLetterTopic, when set, receives an event its own topic refused
+	// PublishAttempts times in a row while the dead-letter topic accepts
+	// it (logged with its id, counted in pgwake_events_dead_lettered_total),
+	// so one event cannot hold the stream for ever. When the dead-letter
+	// topic refuses too (the broker is down), publishing is retried as
+	// without one. Default "": every publish is retried until it succeeds.
+	DeadLetterTopic string
+	// PublishAttempts is how many failed attempts of a publish precede the
+	// dead-letter topic. Default 5.
+	PublishAttempts int
 	// ReplConnConfig is the replication connection's config. Default: the
 	// pool's connection config with replication=database. Its user needs
 	// the REPLICATION attribute (or superuser).
@@ -95,6 +105,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 1000
 	}
+	if c.PublishAttempts == 0 {
+		c.PublishAttempts = 5
+	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = 100 * time.Millisecond
 	}
@@ -129,7 +142,7 @@ func (c Config) validate() error {
 	if c.Publisher == nil {
 		return fmt.Errorf("%w: Publisher is nil", ErrInvalidConfig)
 	}
-	if c.StatusInterval < 0 || c.MaxBatch < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.LagInterval < 0 {
+	if c.StatusInterval < 0 || c.MaxBatch < 0 || c.PublishAttempts < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.LagInterval < 0 {
 		return fmt.Errorf("%w: negative interval, batch or backoff (or MaxBackoff < MinBackoff)", ErrInvalidConfig)
 	}
 	return nil

@@ -11,6 +11,7 @@ type metrics struct {
 	publishErrors prometheus.Counter
 	reconnects    prometheus.Counter
 	skipped       *prometheus.CounterVec
+	deadLettered  prometheus.Counter
 	lagBytes      prometheus.Collector
 	lagSeconds    prometheus.Collector
 }
@@ -40,6 +41,11 @@ func newMetrics(reg prometheus.Registerer, slot string, lagBytes, lagSeconds fun
 			Help:        "Events that could not be decoded and were skipped (each is logged with its id), by reason.",
 			ConstLabels: labels,
 		}, []string{"reason"}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "pgwake_events_dead_lettered_total",
+			Help:        "Events their topic refused PublishAttempts times and the dead-letter topic took (each is logged with its id).",
+			ConstLabels: labels,
+		}),
 		lagBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "pgwake_events_slot_lag_bytes",
 			Help:        "WAL the slot retains: pg_current_wal_lsn() - confirmed_flush_lsn, measured when scraped.",
@@ -54,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, slot string, lagBytes, lagSeconds fun
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.publishErrors, m.reconnects, m.skipped, m.lagBytes, m.lagSeconds} {
+	for _, c := range []prometheus.Collector{m.published, m.publishErrors, m.reconnects, m.skipped, m.deadLettered, m.lagBytes, m.lagSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("events: register metrics: %w", err)
 		}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -210,9 +211,15 @@ func (s *Stream) publishFailed(r *run, err error) {
 
 // publishRun publishes r with Publish, retrying with backoff until it
 // succeeds (failed: an attempt already failed, back off first); it returns
-// an error only when ctx is done.
+// an error only when ctx is done. With a DeadLetterTopic, after
+// PublishAttempts failed attempts the messages go one by one, and one that
+// its topic refuses goes to the dead-letter topic.
 func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
 	backoff := s.cfg.MinBackoff
+	attempts := 0
+	if failed {
+		attempts = 1
+	}
 	for {
 		if failed {
 			select {
@@ -222,11 +229,40 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
 			}
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
 		}
-		err := s.cfg.Publisher.Publish(r.topic, r.msgs...)
-		if err == nil {
-			return nil
+		if s.cfg.DeadLetterTopic != "" && attempts >= s.cfg.PublishAttempts {
+			if s.publishEach(r) {
+				return nil
+			}
+		} else {
+			err := s.cfg.Publisher.Publish(r.topic, r.msgs...)
+			if err == nil {
+				return nil
+			}
+			s.publishFailed(r, err)
 		}
-		s.publishFailed(r, err)
+		attempts++
 		failed = true
 	}
+}
+
+// publishEach publishes r's messages one at a time; a message its topic
+// refuses goes to the dead-letter topic, logged with its event id and
+// counted. It returns false when the dead-letter topic refuses too: then
+// the broker, not the message, is the problem, and r is retried whole.
+func (s *Stream) publishEach(r *run) bool {
+	for _, m := range r.msgs {
+		err := s.cfg.Publisher.Publish(r.topic, m)
+		if err == nil {
+			continue
+		}
+		if derr := s.cfg.Publisher.Publish(s.cfg.DeadLetterTopic, m); derr != nil {
+			s.publishFailed(r, errors.Join(err, derr))
+			return false
+		}
+		id, _ := MessageEventID(m)
+		s.m.deadLettered.Inc()
+		s.log.Error("event sent to the dead-letter topic: its own topic refused it", zap.String("slot", s.cfg.Slot),
+			zap.Int64("event_id", id), zap.String("topic", r.topic), zap.String("dead_letter_topic", s.cfg.DeadLetterTopic), zap.Error(err))
+	}
+	return true
 }

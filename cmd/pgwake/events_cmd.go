@@ -27,7 +27,8 @@ func init() {
 		summary: "the event log: tail, forward to NATS/RabbitMQ, replay, verify, slots",
 		usage: `Usage: pgwake events tail [--slot NAME]
        pgwake events forward --to nats://HOST:4222 | amqp://USER:PASS@HOST:5672/ [--slot NAME]
-                             [--topic T] [--topic-by type|queue] [--metrics-addr ADDR]
+                             [--topic T] [--topic-by type|queue] [--dead-letter-topic T|off]
+                             [--metrics-addr ADDR]
        pgwake events replay [--after-id N] [--since TIME|DURATION]
        pgwake events verify
        pgwake events slots [--json]
@@ -48,7 +49,11 @@ forward    a long-running forwarder to NATS JetStream (--to nats://...) or
            RabbitMQ (--to amqp://...): at-least-once, in commit order,
            resumable from the slot (default <schema>_events) after any crash.
            Topic: --topic (default pgwake.events), or --topic-by type|queue
-           for <topic>.<type> / <topic>.<queue>. NATS: the JetStream stream
+           for <topic>.<type> / <topic>.<queue> (a name that is no valid
+           subject is escaped: a..b -> a%2E%2Eb). An event its topic refuses
+           5 times while --dead-letter-topic (default <topic>._dead_letter)
+           accepts it goes there, logged with its id; a broker outage
+           refuses both and is retried. NATS: the JetStream stream
            --nats-stream (default PGWAKE_EVENTS) is created for <topic> and
            <topic>.>. RabbitMQ: a durable fanout exchange per topic.
 replay     events from the table in id order, from --after-id and/or --since
@@ -194,6 +199,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
 	topic := fs.String("topic", "pgwake.events", "topic, or topic prefix with --topic-by")
 	topicBy := fs.String("topic-by", "", "one topic per event type or queue: type, queue (default one topic)")
+	deadLetter := fs.String("dead-letter-topic", "", "topic for an event its own topic refuses 5 times while this one accepts it (default <topic>._dead_letter; \"off\": retry for ever)")
 	natsStream := fs.String("nats-stream", "PGWAKE_EVENTS", "JetStream stream for NATS")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9465", "address for /metrics and /healthz; \"off\" to disable")
 	lagWarn := fs.Int64("lag-warn-bytes", 1<<30, "warn when the slot retains more WAL than this")
@@ -215,6 +221,12 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 		if err := events.ValidateSlotName(*slot); err != nil {
 			return usagef("--slot: %v", err)
 		}
+	}
+	switch *deadLetter {
+	case "":
+		*deadLetter = *topic + "._dead_letter"
+	case "off":
+		*deadLetter = ""
 	}
 	var pub message.Publisher
 	var err error
@@ -239,7 +251,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	defer pool.Close()
 	reg := newRegistry()
 	s, err := events.New(pool, events.Config{Schema: env.schema, Slot: *slot, Publication: *pubName,
-		Publisher: pub, Topic: topicFn, Logger: env.log, Registerer: reg, LagWarnBytes: *lagWarn})
+		Publisher: pub, Topic: topicFn, DeadLetterTopic: *deadLetter, Logger: env.log, Registerer: reg, LagWarnBytes: *lagWarn})
 	if err != nil {
 		return usagef("%v", err)
 	}
