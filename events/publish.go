@@ -19,11 +19,16 @@ type AsyncPublisher interface {
 	message.Publisher
 	// PublishAsync sends msgs to topic in order and returns without waiting
 	// for the broker; wait blocks until the broker stored every one of
-	// them, or returns the first error (then the caller publishes them
-	// again). An error from PublishAsync itself means nothing needs to be
-	// awaited.
-	PublishAsync(topic string, msgs ...*message.Message) (wait func() error, err error)
+	// them, or returns the first error or ctx's (then the caller publishes
+	// them again). An error from PublishAsync itself means nothing needs
+	// to be awaited.
+	PublishAsync(topic string, msgs ...*message.Message) (wait func(ctx context.Context) error, err error)
 }
+
+// shutdownGrace is how long, once the stream is stopping, it still awaits
+// the broker's acknowledgements of what it sent, so that they are
+// acknowledged to the server before it leaves.
+const shutdownGrace = 5 * time.Second
 
 // maxFlights bounds the batches sent and not yet acknowledged; the events
 // in them are bounded by 4*MaxBatch (inFlightBatches).
@@ -38,7 +43,7 @@ type run struct {
 	topic string
 	msgs  []*message.Message
 	types []string
-	wait  func() error // nil when published synchronously or not sent yet
+	wait  func(context.Context) error // nil when published synchronously or not sent yet
 }
 
 // flight is one batch of transactions on its way to the broker.
@@ -130,12 +135,16 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 // again what the broker refused, and then advances the published position
 // past the flight's whole transactions.
 func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflight *atomic.Int64, room chan<- struct{}) error {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancel) })
+	defer stopGrace()
 	for f := range flights {
 		for _, r := range f.runs {
 			if r.wait == nil {
 				continue
 			}
-			if err := r.wait(); err != nil {
+			if err := r.wait(wctx); err != nil {
 				s.publishFailed(r, err)
 				if err := s.publishRun(ctx, r, true); err != nil {
 					return nil // stopped mid-retry

@@ -80,14 +80,14 @@ func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
-	return wait()
+	return wait(context.Background())
 }
 
 // PublishAsync sends msgs, persistent, to the durable fanout exchange topic
 // (declared on first use) in order, without waiting; wait returns once the
-// broker confirmed all of them, or with the first nack or after the
-// timeout. It implements events.AsyncPublisher.
-func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func() error, err error) {
+// broker confirmed all of them, or with the first nack, after the timeout
+// or when ctx is done. It implements events.AsyncPublisher.
+func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func(ctx context.Context) error, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch, err := p.channel()
@@ -117,13 +117,13 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		confirms = append(confirms, dc)
 	}
 	sent := time.Now()
-	return func() error {
-		ctx, cancel := context.WithDeadline(context.Background(), sent.Add(p.timeout))
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithDeadline(ctx, sent.Add(p.timeout))
 		defer cancel()
 		for _, dc := range confirms {
 			ok, err := dc.WaitContext(ctx)
 			if err != nil {
-				return fmt.Errorf("amqpbridge: publishing to %s: no confirm within %s", exchange, p.timeout)
+				return fmt.Errorf("amqpbridge: publishing to %s: no confirm: %w", exchange, err)
 			}
 			if !ok {
 				return fmt.Errorf("amqpbridge: publishing to %s: the broker refused the message (nack, or the channel closed)", exchange)

@@ -13,6 +13,7 @@
 package natsbridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -140,14 +141,14 @@ func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
-	return wait()
+	return wait(context.Background())
 }
 
 // PublishAsync sends msgs to subject topic in order without waiting; wait
 // returns once JetStream acknowledged every one of them, or with the first
-// error or after AckTimeout. It implements events.AsyncPublisher, so the
-// stream keeps several batches on the wire.
-func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func() error, err error) {
+// error, after AckTimeout or when ctx is done. It implements
+// events.AsyncPublisher, so the stream keeps several batches on the wire.
+func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func(ctx context.Context) error, err error) {
 	futures := make([]nats.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		nm, err := p.m.Marshal(topic, m)
@@ -162,11 +163,13 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		futures = append(futures, f)
 	}
 	sent := time.Now()
-	return func() error {
+	return func(ctx context.Context) error {
 		timeout := time.NewTimer(p.timeout - time.Since(sent))
 		defer timeout.Stop()
 		for _, f := range futures {
 			select {
+			case <-ctx.Done():
+				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, ctx.Err())
 			case <-f.Ok():
 			case err := <-f.Err():
 				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
