@@ -107,3 +107,15 @@ func TestSlotOfAnotherPluginIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, events.ErrSlot)
 	require.Contains(t, err.Error(), "test_decoding")
 }
+
+func TestSubjectSafe(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"emails": "emails", "billing.eu": "billing.eu", "a-b_c9": "a-b_c9",
+		"a..b": "a%2E%2Eb", "a.": "a%2E", ".a": "%2Ea", "": "%00",
+		"a b": "a%20b", "*": "%2A", ">": "%3E", "a%2E": "a%252E", "é": "%C3%A9",
+	} {
+		require.Equal(t, want, events.SubjectSafe(in), "SubjectSafe(%q)", in)
+	}
+	require.Equal(t, "pgwake.events.a%2E%2Eb", events.TopicPerQueue("pgwake.events")(events.Event{Queue: "a..b"}))
+}

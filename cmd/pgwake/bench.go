@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/pgwake/pgwake/internal/bench"
+	"github.com/pgwake/pgwake/internal/bench/streambench"
 )
 
 func init() {
@@ -32,6 +33,11 @@ checks that each job was handled exactly once.
            --concurrent-sleep, all allowed at once, on a pool of
            --concurrent-pool connections: jobs/s and the fraction of the
            ideal (jobs / sleep per second)
+  stream   (only when named; needs NATS JetStream at --nats-url) a drain of
+           --stream-jobs jobs while the event stream forwards to JetStream:
+           commit-to-broker p50/p90/p99/max, the queue's events/s, max slot
+           lag, then the forwarder's events/s on a backlog of the same
+           events (forward_events_per_sec, capacity_ratio)
 
 pgwake runs with queue.Config defaults; only the queue ("bench",
 MaxWorkers --workers) and a no-op handler are set. pgwake-leased is the
@@ -48,6 +54,7 @@ bench/peers: cd bench/peers && go run . (see docs/benchmarks.md).
 Example:
   pgwake bench
   pgwake bench --modes latency,idle --runs 3
+  pgwake bench --modes stream --runs 3
   pgwake bench --modes scale --scale-large 1000000 --scale-finished 1000000 --json`,
 		run: runBench,
 	})
@@ -56,6 +63,7 @@ Example:
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	options := bench.Flags(fs)
+	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "stream: the NATS JetStream server the event stream forwards to")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -65,6 +73,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	opts.Out, opts.Log = env.stdout, env.stderr
 	opts.OnCluster = env.onHardStop
+	opts.Stream = streambench.Mode(*natsURL)
 	if u, err := env.resolveURL(); err == nil {
 		opts.DatabaseURL = u
 	}

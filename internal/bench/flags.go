@@ -18,7 +18,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 		s     Sizes
 	)
 	d := DefaultSizes()
-	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all")
+	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all; stream (pgwake bench only, needs NATS JetStream) only when named")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per mode and system instead of tables")
 	fs.IntVar(&o.Runs, "runs", 1, "repeat every mode this many times and report the medians")
 	fs.IntVar(&o.Workers, "workers", 10, "jobs run at once by each system (pgwake MaxWorkers, whose default is 10)")
@@ -40,6 +40,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.ConcurrentPool, "concurrent-pool", d.ConcurrentPool, "concurrent: connections in the mode's own pool")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
+	fs.IntVar(&s.StreamJobs, "stream-jobs", d.StreamJobs, "stream: jobs drained while the event stream forwards to NATS")
 	return func() (Options, error) {
 		var zero string
 		fs.Visit(func(f *flag.Flag) {

@@ -55,6 +55,8 @@ type Sizes struct {
 	ConcurrentJobs  int
 	ConcurrentSleep time.Duration
 	ConcurrentPool  int
+	// StreamJobs is how many jobs the stream mode drains. Default 50,000.
+	StreamJobs int
 }
 
 // DefaultSizes returns the defaults, sized so that `make bench` finishes in
@@ -91,6 +93,7 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.ConcurrentJobs, 5000)
 	defD(&s.ConcurrentSleep, 2*time.Second)
 	def(&s.ConcurrentPool, 20)
+	def(&s.StreamJobs, 50000)
 	return s
 }
 
@@ -106,7 +109,7 @@ func (s Sizes) validate() error {
 		v    int
 	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
 		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize},
-		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}} {
+		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs}} {
 		if c.v < 1 {
 			return bad("%s must be at least 1, got %d", c.name, c.v)
 		}

@@ -111,6 +111,9 @@ func (p *Pgwake) config(handle HandleFunc) queue.Config {
 	return cfg
 }
 
+// Schema is the schema of the last Setup.
+func (p *Pgwake) Schema() string { return p.schema }
+
 // Setup migrates a fresh schema.
 func (p *Pgwake) Setup(ctx context.Context, env *Env) error {
 	p.env = env

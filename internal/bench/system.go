@@ -24,10 +24,17 @@ const (
 	// ModeConcurrent: many jobs that wait on something else, on a small
 	// pool (systems whose handlers hold no connection while they run).
 	ModeConcurrent Mode = "concurrent"
+	// ModeStream drains jobs while the event stream forwards to NATS
+	// JetStream. It runs only when named (it needs a NATS server) and only
+	// for pgwake, through Options.Stream.
+	ModeStream Mode = "stream"
 )
 
-// AllModes lists every mode in run order.
+// AllModes lists every mode "all" means, in run order.
 var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeConcurrent}
+
+// OptInModes run only when named, after AllModes.
+var OptInModes = []Mode{ModeStream}
 
 // ErrUnknownMode is wrapped by ParseModes for a name that is not a mode.
 var ErrUnknownMode = errors.New("unknown bench mode")
@@ -53,7 +60,7 @@ func ParseModes(list string) ([]Mode, error) {
 		return nil, fmt.Errorf("%w: empty list; use a comma-separated list of %s, or all", ErrUnknownMode, modeNames())
 	}
 	var out []Mode
-	for _, m := range AllModes {
+	for _, m := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if want[m] {
 			out = append(out, m)
 		}
@@ -62,7 +69,7 @@ func ParseModes(list string) ([]Mode, error) {
 }
 
 func (m Mode) valid() bool {
-	for _, k := range AllModes {
+	for _, k := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if m == k {
 			return true
 		}
@@ -72,7 +79,7 @@ func (m Mode) valid() bool {
 
 func modeNames() string {
 	s := ""
-	for i, m := range AllModes {
+	for i, m := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if i > 0 {
 			s += ", "
 		}
