@@ -171,7 +171,7 @@ func (s *statements) claimStatements(t tables) {
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
-WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + `
+WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + ` AND a.attempt > j.attempts
 ORDER BY a.started_at
 LIMIT 1
 FOR UPDATE OF j SKIP LOCKED`
@@ -260,7 +260,7 @@ SELECT id, (SELECT count(*) FROM wake) FROM j`
 	// an operator after its worker died, deleted by hand).
 	s.lostQueues = `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`
 	s.pruneStarts = `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
-	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND ` + stateIs("j.state", "pending") + `)`
+	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND ` + stateIs("j.state", "pending") + ` AND a.attempt > j.attempts)`
 }
 
 // leasedStatements: jobs and events: leased mode.
@@ -336,7 +336,7 @@ func (s *statements) retentionStatements(t tables) {
 // due, and no attempt record (a job with one is claimed by claimRecovered).
 func claimableSQL(attempts string) string {
 	return `j.state = 'pending' AND j.queue = $1 AND j.run_after <= now()
-	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id)`
+	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id AND a.attempt > j.attempts)`
 }
 
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor
