@@ -106,7 +106,18 @@ func render(sql, schema string) string {
 // migrations: only roles with write privileges on that table can take it, so
 // no other role can make migrate wait (an advisory lock anyone can take on a
 // predictable key could).
+//
+// Constraints a migration adds NOT VALID (so that adding them does not scan
+// the table under an exclusive lock) are validated after the migrations
+// commit, one transaction each, taking a lock that lets reads and writes go
+// on. A row that breaks one returns an *InvalidRowsError; fix the rows and run
+// Up again, which validates what is left.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	return up(ctx, pool, schema, 0)
+}
+
+// up is Up applying migrations up to version limit (all when 0).
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int) ([]int, error) {
 	if pool == nil {
 		return nil, errors.New("migrations: nil pool")
 	}
@@ -154,7 +165,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 			return err
 		}
 		for _, m := range all {
-			if _, ok := done[m.Version]; ok {
+			if _, ok := done[m.Version]; ok || (limit > 0 && m.Version > limit) {
 				continue
 			}
 			if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
@@ -170,7 +181,65 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := validateConstraints(ctx, conn.Conn(), schema); err != nil {
+		return ran, err
+	}
 	return ran, nil
+}
+
+// ErrInvalidRows is matched (errors.Is) by the *InvalidRowsError Up returns.
+var ErrInvalidRows = errors.New("migrations: rows break a constraint")
+
+// InvalidRowsError names a constraint that rows of the schema break, so it
+// could not be validated. Writes that break it are already refused.
+type InvalidRowsError struct {
+	Table, Constraint string
+	Err               error
+}
+
+func (e *InvalidRowsError) Error() string {
+	return fmt.Sprintf("migrations: rows of %s break constraint %s (new writes are already checked): fix or delete them, then run migrate again: %v",
+		e.Table, e.Constraint, e.Err)
+}
+
+func (e *InvalidRowsError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrInvalidRows) true.
+func (e *InvalidRowsError) Is(target error) bool { return target == ErrInvalidRows }
+
+// validateConstraints validates every NOT VALID check constraint on the
+// schema's tables, each in its own transaction (VALIDATE CONSTRAINT takes
+// SHARE UPDATE EXCLUSIVE: reads and writes go on while it scans).
+func validateConstraints(ctx context.Context, conn *pgx.Conn, schema string) error {
+	rows, err := conn.Query(ctx, `
+SELECT c.relname::text, k.conname::text
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) k.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE n.nspname OPERATOR(pg_catalog.=) $1::text AND NOT k.convalidated AND k.contype OPERATOR(pg_catalog.=) 'c'::"char"
+ORDER BY 1, 2`, schema)
+	if err != nil {
+		return fmt.Errorf("migrations: list constraints to validate: %w", err)
+	}
+	type pending struct{ table, constraint string }
+	todo, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
+		var p pending
+		return p, r.Scan(&p.table, &p.constraint)
+	})
+	if err != nil {
+		return fmt.Errorf("migrations: list constraints to validate: %w", err)
+	}
+	for _, p := range todo {
+		_, err := conn.Exec(ctx, `ALTER TABLE `+sqlident.Quote(schema, p.table)+` VALIDATE CONSTRAINT `+sqlident.Quote(p.constraint))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23514" { // check_violation
+			return &InvalidRowsError{Table: schema + "." + p.table, Constraint: p.constraint, Err: err}
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: validate %s on %s.%s: %w", p.constraint, schema, p.table, err)
+		}
+	}
+	return nil
 }
 
 // createBookkeeping creates the schema and its schema_migrations table if
