@@ -19,6 +19,9 @@ func TestRedactURL(t *testing.T) {
 		"postgres://db/app":                                 "postgres://db/app",
 		"host=db user=app password=s3cret dbname=app":       "host=db user=app password=xxxxx dbname=app",
 		"postgres://app:s3 cret@[bad/x":                     "postgres://xxxxx@[bad/x",
+		"host=db sslpassword=s3cret sslkey=/k":              "host=db sslpassword=xxxxx sslkey=/k",
+		`host=db password=s3\ cret dbname=app`:              "host=db password=xxxxx dbname=app",
+		"postgres://db/app?sslpassword=s3cret":              "postgres://db/app?sslpassword=xxxxx",
 	} {
 		got := redactURL(in)
 		require.Equal(t, want, got, in)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -154,7 +155,7 @@ func eventsTail(ctx context.Context, env *cliEnv, args []string) error {
 
 func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (required)")
+	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (default $"+envBrokerURL+"; one of them is required; prefer the variable for a URL with a password: flags show in ps)")
 	slot := fs.String("slot", "", "replication slot (default <schema>_events)")
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
 	topic := fs.String("topic", "pgwake.events", "topic, or topic prefix with --topic-by")
@@ -164,6 +165,9 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	lagWarn := fs.Int64("lag-warn-bytes", 1<<30, "warn when the slot retains more WAL than this")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
+	}
+	if *to == "" {
+		*to = os.Getenv(envBrokerURL)
 	}
 	var topicFn events.TopicFunc
 	switch *topicBy {
@@ -185,7 +189,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	var err error
 	switch {
 	case *to == "":
-		return usagef("--to is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/")
+		return usagef("--to or %s is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/", envBrokerURL)
 	case strings.HasPrefix(*to, "nats://") || strings.HasPrefix(*to, "tls://"):
 		pub, err = natsbridge.NewPublisher(natsbridge.Config{URL: *to, Stream: *natsStream, Subjects: []string{*topic, *topic + ".>"}})
 	case strings.HasPrefix(*to, "amqp://") || strings.HasPrefix(*to, "amqps://"):

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +29,39 @@ const stderrTailBytes = 2048
 // context ends: timeout or hard shutdown.
 type execHandler struct {
 	command string
+	env     []string  // the command's environment, before the job's variables
 	stdout  io.Writer // the handler's stdout is copied here
 	stderr  io.Writer // and its stderr here (besides the tail kept)
 	procs   *procGroups
+}
+
+// connectionEnv are the variables that hold pgwake's connection settings:
+// its own URLs and the libpq variables pgx reads. Every PGWAKE_ variable is
+// pgwake's too.
+var connectionEnv = map[string]bool{
+	envFallbackURL: true, "PGHOST": true, "PGPORT": true, "PGDATABASE": true, "PGUSER": true,
+	"PGPASSWORD": true, "PGPASSFILE": true, "PGSERVICE": true, "PGSERVICEFILE": true, "PGAPPNAME": true,
+	"PGCONNECT_TIMEOUT": true, "PGSSLMODE": true, "PGSSLKEY": true, "PGSSLCERT": true, "PGSSLROOTCERT": true,
+	"PGSSLPASSWORD": true, "PGSSLSNI": true, "PGSSLNEGOTIATION": true, "PGTARGETSESSIONATTRS": true,
+	"PGOPTIONS": true, "PGREQUIRESSL": true,
+}
+
+// handlerEnviron is environ (os.Environ()) for handler commands: without
+// pgwake's connection settings (database and broker URLs, passwords),
+// unless passConnection.
+func handlerEnviron(environ []string, passConnection bool) []string {
+	if passConnection {
+		return environ
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if connectionEnv[k] || strings.HasPrefix(k, "PGWAKE_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // procGroups tracks running commands so a hard stop can kill them all.
@@ -68,7 +98,7 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	cmd := exec.Command("sh", "-c", h.command)
 	cmd.SysProcAttr = handlerSysProcAttr()
 	cmd.Stdin = bytes.NewReader(job.Payload)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(slices.Clip(h.env),
 		"PGWAKE_JOB_ID="+strconv.FormatInt(job.ID, 10),
 		"PGWAKE_JOB_KIND="+job.Kind,
 		"PGWAKE_JOB_QUEUE="+job.Queue,

@@ -15,6 +15,8 @@ package natsbridge
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -76,7 +78,7 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, cfg.URL, err)
+		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, redact(cfg.URL), err)
 	}
 	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
 		nc.Close()
@@ -166,4 +168,21 @@ func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
 func (p *asyncPublisher) Close() error {
 	p.nc.Close()
 	return nil
+}
+
+// redact hides the credentials of each URL of a NATS server list: user and
+// password, or a token (which NATS takes as the user part).
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+		case u.User != nil:
+			u.User = url.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
