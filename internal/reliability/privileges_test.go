@@ -81,7 +81,7 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	producer, producerURL := w.newRole("pgwake_producer", "")
 	worker, workerURL := w.newRole("pgwake_worker", "")
 	operator, operatorURL := w.newRole("pgwake_operator", "")
-	w.applyGrants(producer, worker, operator, worker)
+	w.applyGrants(producer, worker, operator, operator)
 	// The application's own table, written by the handler.
 	_, err := w.admin.Exec(ctx, `GRANT INSERT ON `+w.table(effectsTable)+` TO `+sqlident.Quote(worker))
 	require.NoError(t, err)
@@ -239,4 +239,114 @@ func TestLeastPrivilegeEventStream(t *testing.T) {
 	requireDenied(t, err, "stream role inserting events")
 	_, err = streamPool.Exec(ctx, `CREATE PUBLICATION evil FOR TABLE `+w.table("events"))
 	requireDenied(t, err, "stream role creating a publication")
+	_, err = streamPool.Exec(ctx, `SELECT payload FROM `+w.table("jobs"))
+	requireDenied(t, err, "stream role reading jobs")
+
+	// The truth about REPLICATION (docs/security.md): through a slot of its
+	// own with another output plugin, the stream role reads every row change
+	// of the database, of tables it has no grant on too; and it drops a
+	// slot it did not create.
+	_, err = w.admin.Exec(ctx, `CREATE TABLE `+w.table("users")+` (name text, password_hash text)`)
+	require.NoError(t, err)
+	conn, err := streamPool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT * FROM `+w.table("users"))
+	requireDenied(t, err, "stream role reading an unrelated table")
+	spy := w.schema + "_spy"
+	_, err = conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)`, spy)
+	require.NoError(t, err, "a REPLICATION role creates a slot with any plugin")
+	_, err = w.admin.Exec(ctx, `INSERT INTO `+w.table("users")+` VALUES ('alice', 'hash-0f-alice')`)
+	require.NoError(t, err)
+	var changes string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT coalesce(string_agg(data, E'\n'), '') FROM pg_logical_slot_get_changes($1, NULL, NULL)`, spy).Scan(&changes))
+	require.Contains(t, changes, "hash-0f-alice", "REPLICATION reads tables without a grant")
+	other := w.schema + "_other"
+	_, err = w.admin.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, other)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, other)
+	require.NoError(t, err, "a REPLICATION role drops another system's slot")
+}
+
+// TestRolesHoldOnlyWhatTheyNeed: each role of docs/grants.sql is refused
+// what it does not need (SQLSTATE 42501), and no role can write a row a
+// worker cannot finish (the constraints of migration 0009, SQLSTATE 23514).
+func TestRolesHoldOnlyWhatTheyNeed(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	producer, producerURL := w.newRole("pgwake_producer", "")
+	worker, workerURL := w.newRole("pgwake_worker", "")
+	operator, operatorURL := w.newRole("pgwake_operator", "")
+	stream, _ := w.newRole("pgwake_stream", "")
+	w.applyGrants(producer, worker, operator, stream)
+	producerPool := w.poolOn(producerURL, appProducer, 2)
+	workerPool := w.poolOn(workerURL, appWorker, 2)
+	operatorPool := w.poolOn(operatorURL, "pgwake_operator", 2)
+	jobs, events, waiters, attempts := w.table("jobs"), w.table("events"), w.table("waiters"), w.table("attempts")
+
+	prod, err := queue.New(producerPool, queue.Config{Schema: w.schema})
+	require.NoError(t, err)
+	mine, err := prod.Enqueue(ctx, queue.NewJob{Kind: "k", Delay: time.Hour, Payload: map[string]any{"card": "4111"}})
+	require.NoError(t, err)
+	denied := func(p *pgxpool.Pool, who string, stmts ...string) {
+		t.Helper()
+		for _, sql := range stmts {
+			_, err := p.Exec(ctx, sql)
+			requireDenied(t, err, who+": "+sql)
+		}
+	}
+	denied(producerPool, "producer",
+		`SELECT payload FROM `+jobs, `SELECT last_error FROM `+jobs, `SELECT * FROM `+jobs,
+		`UPDATE `+jobs+` SET state = 'cancelled'`, `DELETE FROM `+jobs,
+		`INSERT INTO `+jobs+` (queue, kind, state) VALUES ('default', 'k', 'succeeded')`,
+		`INSERT INTO `+jobs+` (queue, kind, attempts) VALUES ('default', 'k', 4)`,
+		`INSERT INTO `+waiters+` (queue, client_id) VALUES ('default', 'x')`,
+		`UPDATE `+waiters+` SET idle = false`, `DELETE FROM `+waiters,
+		`SELECT * FROM `+events, `DELETE FROM `+events, `UPDATE `+events+` SET type = 'x'`,
+		`SELECT * FROM `+attempts, `DELETE FROM `+attempts,
+	)
+	err = prod.Cancel(ctx, mine.ID)
+	requireDenied(t, err, "producer cancelling a job")
+	err = prod.Retry(ctx, mine.ID)
+	requireDenied(t, err, "producer retrying a job")
+	_, err = prod.DeleteFinished(ctx, queue.Retention{Succeeded: time.Nanosecond})
+	requireDenied(t, err, "producer deleting jobs")
+	// The producer's gap until enqueue goes through a SECURITY DEFINER
+	// function: it inserts rows into events (see docs/security.md).
+	_, err = producerPool.Exec(ctx, `INSERT INTO `+events+` (job_id, type, queue, kind, attempt) VALUES ($1, 'succeeded', 'default', 'k', 1)`, mine.ID)
+	require.NoError(t, err, "documented gap: producers can insert event rows")
+
+	denied(workerPool, "worker",
+		`UPDATE `+jobs+` SET payload = '{}'`, `UPDATE `+jobs+` SET max_attempts = 100`, `UPDATE `+jobs+` SET kind = 'x'`,
+		`INSERT INTO `+jobs+` (queue, kind, state) VALUES ('default', 'k', 'succeeded')`,
+		`SELECT * FROM `+events, `DELETE FROM `+events, `UPDATE `+events+` SET type = 'x'`,
+	)
+	denied(operatorPool, "operator",
+		`INSERT INTO `+jobs+` (queue, kind) VALUES ('default', 'k')`, `UPDATE `+jobs+` SET payload = '{}'`,
+		`UPDATE `+jobs+` SET attempts = 0`,
+		`SELECT * FROM `+waiters, `DELETE FROM `+waiters, `INSERT INTO `+attempts+` (job_id, queue, attempt, batch, client_id) VALUES (1, 'q', 1, 1, 'x')`,
+	)
+
+	// Rows a worker could not finish, written with the grants a role has.
+	var checkViolation = func(err error, what string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: %v", what, err)
+		require.Equal(t, "23514", pgErr.Code, "%s: %v", what, err)
+	}
+	for _, ra := range []string{"infinity", "-infinity"} {
+		_, err = producerPool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after) VALUES ('default', 'k', $1::timestamptz)`, ra)
+		checkViolation(err, "producer: run_after "+ra)
+	}
+	_, err = producerPool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, max_attempts) VALUES ('default', 'k', 0)`)
+	checkViolation(err, "producer: max_attempts 0")
+	_, err = workerPool.Exec(ctx, `UPDATE `+jobs+` SET attempts = 2147483647 WHERE id = $1`, mine.ID)
+	checkViolation(err, "worker: attempts 2147483647")
+	_, err = workerPool.Exec(ctx, `UPDATE `+jobs+` SET attempts = 5 WHERE id = $1`, mine.ID)
+	checkViolation(err, "worker: a pending job with no attempt left")
+	_, err = workerPool.Exec(ctx, `UPDATE `+jobs+` SET run_after = 'infinity' WHERE id = $1`, mine.ID)
+	checkViolation(err, "worker: run_after infinity")
+	_, err = operatorPool.Exec(ctx, `UPDATE `+jobs+` SET run_after = '-infinity' WHERE id = $1`, mine.ID)
+	checkViolation(err, "operator: run_after -infinity")
 }
