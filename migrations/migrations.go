@@ -112,12 +112,85 @@ func render(sql, schema string) string {
 // commit, one transaction each, taking a lock that lets reads and writes go
 // on. A row that breaks one returns an *InvalidRowsError; fix the rows and run
 // Up again, which validates what is left.
+//
+// Up refuses, with a *ForeignSchemaError, a schema (or schema_migrations
+// table) that already exists and is owned by a role that is neither the
+// current user, a role it is a member of, nor a superuser: that owner
+// controls what runs there (a schema_migrations table it wrote would make Up
+// report the schema up to date). UpWithOptions can allow it.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
-	return up(ctx, pool, schema, 0)
+	return up(ctx, pool, schema, 0, Options{})
+}
+
+// Options adjusts UpWithOptions.
+type Options struct {
+	// AllowForeignSchema migrates a schema owned by another role (see Up).
+	// Default false.
+	AllowForeignSchema bool
+}
+
+// UpWithOptions is Up with options.
+func UpWithOptions(ctx context.Context, pool *pgxpool.Pool, schema string, opts Options) ([]int, error) {
+	return up(ctx, pool, schema, 0, opts)
+}
+
+// ErrForeignSchema is matched (errors.Is) by the *ForeignSchemaError Up
+// returns.
+var ErrForeignSchema = errors.New("migrations: schema owned by another role")
+
+// ForeignSchemaError names the object of pgwake's schema another role owns.
+type ForeignSchemaError struct {
+	Object, Owner, User string
+}
+
+func (e *ForeignSchemaError) Error() string {
+	return fmt.Sprintf("migrations: %s is owned by role %s, not by %s (or a role it belongs to): its owner controls what runs in it; "+
+		"migrate as that role, drop it if nobody should have created it, or allow it explicitly (--allow-foreign-schema)", e.Object, e.Owner, e.User)
+}
+
+// Is makes errors.Is(err, ErrForeignSchema) true.
+func (e *ForeignSchemaError) Is(target error) bool { return target == ErrForeignSchema }
+
+// checkOwners returns a *ForeignSchemaError when schema or its
+// schema_migrations table exists and is owned by a role current_user does
+// not trust: itself, a role it is a member of (when it is not a superuser,
+// for which every role counts as one), or a superuser.
+func checkOwners(ctx context.Context, conn *pgx.Conn, schema string) error {
+	rows, err := conn.Query(ctx, `
+WITH me AS (SELECT oid, rolname, rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user)
+SELECT o.what, r.rolname::text, me.rolname::text,
+	r.oid OPERATOR(pg_catalog.=) me.oid OR r.rolsuper
+	OR (NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER'))
+FROM (
+	SELECT 'schema ' OPERATOR(pg_catalog.||) n.nspname::text AS what, n.nspowner AS owner
+	FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) $1::text
+	UNION ALL
+	SELECT 'table ' OPERATOR(pg_catalog.||) n.nspname::text OPERATOR(pg_catalog.||) '.schema_migrations', c.relowner
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+	WHERE n.nspname OPERATOR(pg_catalog.=) $1::text AND c.relname OPERATOR(pg_catalog.=) 'schema_migrations'::name
+) o JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) o.owner CROSS JOIN me`, schema)
+	if err != nil {
+		return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e ForeignSchemaError
+		var trusted bool
+		if err := rows.Scan(&e.Object, &e.Owner, &e.User, &trusted); err != nil {
+			return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+		}
+		if !trusted {
+			return &e
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+	}
+	return nil
 }
 
 // up is Up applying migrations up to version limit (all when 0).
-func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int) ([]int, error) {
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int, opts Options) ([]int, error) {
 	if pool == nil {
 		return nil, errors.New("migrations: nil pool")
 	}
@@ -137,6 +210,11 @@ func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int) ([]in
 	}
 	defer conn.Release()
 
+	if !opts.AllowForeignSchema {
+		if err := checkOwners(ctx, conn.Conn(), schema); err != nil {
+			return nil, err
+		}
+	}
 	q := sqlident.Quote(schema)
 	// Two migrators creating the schema at once: one of the IF NOT EXISTS
 	// statements fails on a catalog unique index (or finds the other's row
