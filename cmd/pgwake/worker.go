@@ -31,7 +31,10 @@ group:
   - exit status 0 is success; anything else fails the attempt, and the last
     2 KiB of stderr become the job's error (retried with backoff until
     max attempts, then failed);
-  - stdout and stderr are copied to the worker's stdout and stderr;
+  - stdout and stderr are copied to the worker's stdout and stderr line by
+    line, each line prefixed "job ID KIND stdout: " (or stderr) and with
+    control characters escaped (\x1b), so they cannot pass for pgwake's log
+    lines or drive a terminal;
   - the command inherits the worker's environment and working directory,
     except pgwake's connection settings: DATABASE_URL, every PGWAKE_
     variable and the libpq variables (PGPASSWORD, PGHOST, ...) are removed
