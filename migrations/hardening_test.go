@@ -42,7 +42,10 @@ func TestHardeningRepairsAndRefusesBadRows(t *testing.T) {
 		insert("run_after", "'-infinity'"),
 		insert("created_at", "'infinity'"),
 	}
-	badRunning := insert("state, attempts, max_attempts, run_after", "'running', 1, 3, '-infinity'")
+	badRunning := insert("state, attempts, max_attempts, run_after, lease_expires_at", "'running', 1, 3, '-infinity', now()")
+	noLease := insert("state, attempts, max_attempts", "'running', 1, 3")
+	endlessLease := insert("state, attempts, max_attempts, lease_expires_at", "'running', 1, 3, 'infinity'")
+	goodRunning := insert("state, attempts, max_attempts, lease_expires_at", "'running', 3, 3, now()")
 	badFinished := insert("state, attempts, max_attempts, finished_at", "'succeeded', 9, 3, now()")
 
 	ran, err := migrations.Up(ctx, pool, schema)
@@ -54,7 +57,9 @@ func TestHardeningRepairsAndRefusesBadRows(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempts FROM `+jobs+` WHERE id = $1`, good).Scan(&state, &attempts))
 	require.Equal(t, "pending", state)
 	require.Equal(t, 2, attempts)
-	for _, id := range append(badPending, badRunning) {
+	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM `+jobs+` WHERE id = $1`, goodRunning).Scan(&state))
+	require.Equal(t, "running", state)
+	for _, id := range append(badPending, badRunning, noLease, endlessLease) {
 		var lastErr string
 		var finite bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempts, max_attempts, last_error, isfinite(run_after) AND isfinite(created_at) FROM `+jobs+` WHERE id = $1`, id).
@@ -83,6 +88,8 @@ func TestHardeningRepairsAndRefusesBadRows(t *testing.T) {
 		{"run_after", "'infinity'"},
 		{"run_after", "'-infinity'"},
 		{"created_at", "'-infinity'"},
+		{"state, attempts", "'running', 1"},
+		{"state, attempts, lease_expires_at", "'running', 1, 'infinity'"},
 	} {
 		_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, `+bad.cols+`) VALUES ('q', 'k', `+bad.vals+`)`)
 		var pgErr *pgconn.PgError
