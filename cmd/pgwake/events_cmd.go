@@ -195,7 +195,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	case strings.HasPrefix(*to, "amqp://") || strings.HasPrefix(*to, "amqps://"):
 		pub, err = amqpbridge.NewPublisher(amqpbridge.Config{URL: *to})
 	default:
-		return usagef("--to %q: use a nats:// or amqp:// URL", redactURL(*to))
+		return usagef("--to %q: use a nats:// or amqp:// URL", redactBrokerURL(*to))
 	}
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactURL(*to))}
+	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactBrokerURL(*to))}
 	if !metricsOff(*metricsAddr) {
 		ms, err := listenMetrics(*metricsAddr, reg, pool, env.log)
 		if err != nil {
@@ -228,6 +228,15 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	env.log.Info("forwarder stopped", zap.String("acked", s.Acked().String()))
 	return nil
+}
+
+// redactBrokerURL hides a broker URL's credentials: NATS takes a token as
+// the user part, so the whole user part goes.
+func redactBrokerURL(s string) string {
+	if strings.HasPrefix(s, "amqp") {
+		return redactURL(s)
+	}
+	return natsbridge.RedactURL(s)
 }
 
 // parseSince reads an RFC 3339 time or a duration meaning that long ago.

@@ -78,7 +78,7 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, redact(cfg.URL), err)
+		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, RedactURL(cfg.URL), err)
 	}
 	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
 		nc.Close()
@@ -170,9 +170,10 @@ func (p *asyncPublisher) Close() error {
 	return nil
 }
 
-// redact hides the credentials of each URL of a NATS server list: user and
-// password, or a token (which NATS takes as the user part).
-func redact(urls string) string {
+// RedactURL hides the credentials of each URL of a NATS server list (comma
+// separated): user and password, or a token (which NATS takes as the user
+// part). An unparsable URL is replaced whole.
+func RedactURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		u, err := url.Parse(strings.TrimSpace(p))
