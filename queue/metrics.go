@@ -30,27 +30,83 @@ const (
 // (possible in a SQL_ASCII database) would make the Prometheus client panic.
 const otherLabel = "other"
 
-type metrics struct {
-	reg prometheus.Registerer
-	// kinds and queues are the label values this process reports as
-	// themselves: kinds with a handler, queues it works (fixed at New).
+// labelSet is the kinds and queues reported by name: kinds with a handler
+// and queues worked, of every client that shares a registry (the
+// subscriptions of a Watermill subscriber and its publisher, say).
+type labelSet struct {
+	mu            sync.RWMutex
 	kinds, queues map[string]bool
-	enqueued      *prometheus.CounterVec
-	processed     *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	wait          *prometheus.HistogramVec
-	claims        *prometheus.CounterVec
-	claimErrors   *prometheus.CounterVec
-	deleted       *prometheus.CounterVec
-	rescued       *prometheus.CounterVec
-	heartbeats    prometheus.Counter
+}
+
+func newLabelSet() *labelSet {
+	return &labelSet{kinds: map[string]bool{}, queues: map[string]bool{}}
+}
+
+// add reports the kinds with a handler and the queues of cfg by name.
+func (l *labelSet) add(cfg Config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range cfg.Handlers {
+		if utf8.ValidString(k) {
+			l.kinds[k] = true
+		}
+	}
+	for q := range cfg.Queues {
+		l.queues[q] = true
+	}
+}
+
+// kind is the label value of kind: itself if it has a handler, else
+// otherLabel.
+func (l *labelSet) kind(kind string) string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.kinds[kind] {
+		return kind
+	}
+	return otherLabel
+}
+
+// queue is the label value of queue: itself if it is worked, else
+// otherLabel.
+func (l *labelSet) queue(queue string) string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.queues[queue] {
+		return queue
+	}
+	return otherLabel
+}
+
+// queueList is the queues reported by name.
+func (l *labelSet) queueList() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]string, 0, len(l.queues))
+	for q := range l.queues {
+		out = append(out, q)
+	}
+	return out
+}
+
+type metrics struct {
+	reg         prometheus.Registerer
+	labels      *labelSet
+	enqueued    *prometheus.CounterVec
+	processed   *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	wait        *prometheus.HistogramVec
+	claims      *prometheus.CounterVec
+	claimErrors *prometheus.CounterVec
+	deleted     *prometheus.CounterVec
+	rescued     *prometheus.CounterVec
+	heartbeats  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 	m := &metrics{
 		reg:    reg,
-		kinds:  map[string]bool{},
-		queues: map[string]bool{},
+		labels: newLabelSet(),
 		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_queue_enqueued_total",
 			Help: "Jobs inserted by this process (counted when the statement ran; the caller's transaction may still roll back).",
@@ -90,15 +146,8 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 			Help: "Finished jobs deleted by retention (Config.Retention), by state.",
 		}, []string{"state"}),
 	}
-	for k := range c.cfg.Handlers {
-		if utf8.ValidString(k) {
-			m.kinds[k] = true
-		}
-	}
-	for q := range c.cfg.Queues {
-		m.queues[q] = true
-	}
 	if reg == nil {
+		m.labels.add(c.cfg)
 		return m, nil
 	}
 	// Several clients may share a registry (the subscriptions of a Watermill
@@ -121,7 +170,8 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		// Depth is read per schema: one registry, one schema.
 		return nil, fmt.Errorf("queue: register metrics: the registry already reports queue depth for schema %q, not %q", depth.schema, c.cfg.Schema)
 	}
-	depth.addQueues(m.queues)
+	m.labels = depth.labels
+	m.labels.add(c.cfg)
 	return m, nil
 }
 
@@ -129,31 +179,15 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 // metrics. Nil (no metrics) when the client has no registerer.
 func (m *metrics) listenerRegisterer() prometheus.Registerer { return m.reg }
 
-// kind is the label value of kind: itself if it has a handler, else otherLabel.
-func (m *metrics) kind(kind string) string {
-	if m.kinds[kind] {
-		return kind
-	}
-	return otherLabel
-}
-
-// queue is the label value of queue: itself if this process works it, else
-// otherLabel.
-func (m *metrics) queue(queue string) string {
-	if m.queues[queue] {
-		return queue
-	}
-	return otherLabel
-}
-
 // countEnqueued counts one job inserted.
 func (m *metrics) countEnqueued(queue, kind string) {
-	m.enqueued.WithLabelValues(m.queue(queue), m.kind(kind)).Inc()
+	m.enqueued.WithLabelValues(m.labels.queue(queue), m.labels.kind(kind)).Inc()
 }
 
 func (m *metrics) observe(j *Job, outcome string, d time.Duration) {
-	m.processed.WithLabelValues(m.queue(j.Queue), m.kind(j.Kind), outcome).Inc()
-	m.duration.WithLabelValues(m.queue(j.Queue), m.kind(j.Kind), outcome).Observe(d.Seconds())
+	q, k := m.labels.queue(j.Queue), m.labels.kind(j.Kind)
+	m.processed.WithLabelValues(q, k, outcome).Inc()
+	m.duration.WithLabelValues(q, k, outcome).Observe(d.Seconds())
 }
 
 // depthCollector reports queue depth by queue and state at scrape time.
@@ -162,18 +196,8 @@ type depthCollector struct {
 	schema string
 	desc   *prometheus.Desc
 	sql    string
-
-	mu     sync.Mutex
-	queues map[string]bool // worked by the clients that share the registry
-}
-
-// addQueues makes the collector report queues by name.
-func (d *depthCollector) addQueues(qs map[string]bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for q := range qs {
-		d.queues[q] = true
-	}
+	// labels is shared by the clients on the registry.
+	labels *labelSet
 }
 
 func newDepthCollector(c *Client) *depthCollector {
@@ -181,7 +205,7 @@ func newDepthCollector(c *Client) *depthCollector {
 	return &depthCollector{
 		c:      c,
 		schema: c.cfg.Schema,
-		queues: map[string]bool{},
+		labels: newLabelSet(),
 		desc: prometheus.NewDesc("pgwake_queue_depth",
 			"Jobs per queue and state at scrape time: available (pending and due), scheduled (pending, not yet due), failed. Queues this process does not work are summed as queue=\"other\".",
 			[]string{"queue", "state"}, nil),
@@ -202,13 +226,7 @@ func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	d.mu.Lock()
-	queues := make([]string, 0, len(d.queues))
-	for q := range d.queues {
-		queues = append(queues, q)
-	}
-	d.mu.Unlock()
-	rows, err := d.c.pool.Query(ctx, d.sql, queues, otherLabel)
+	rows, err := d.c.pool.Query(ctx, d.sql, d.labels.queueList(), otherLabel)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(d.desc, err)
 		return
