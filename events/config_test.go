@@ -57,7 +57,7 @@ func TestWalLevelNotLogicalSaysHowToFix(t *testing.T) {
 func role(t *testing.T, e *env, attrs string) *pgxpool.Pool {
 	name := e.Schema + "_r"
 	ctx := context.Background()
-	_, err := e.Pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(name)+` LOGIN `+attrs)
+	_, err := e.Pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(name)+` LOGIN PASSWORD 'rolepw' `+attrs)
 	require.NoError(t, err)
 	_, err = e.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+sqlident.Quote(e.Schema)+` TO `+sqlident.Quote(name))
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func role(t *testing.T, e *env, attrs string) *pgxpool.Pool {
 		_, _ = e.Pool.Exec(context.Background(), `DROP OWNED BY `+sqlident.Quote(name))
 		_, _ = e.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+sqlident.Quote(name))
 	})
-	return pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.User = name })
+	return pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = name, "rolepw" })
 }
 
 func TestMissingReplicationPrivilege(t *testing.T) {

@@ -205,7 +205,7 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	}
 	for i, r := range results {
 		if !r.Duplicate {
-			c.metrics.enqueued.WithLabelValues(ps[i].queue, ps[i].kind).Inc()
+			c.metrics.countEnqueued(ps[i].queue, ps[i].kind)
 		}
 	}
 	return results, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -194,7 +195,7 @@ func eventsTail(ctx context.Context, env *cliEnv, args []string) error {
 
 func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (required)")
+	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (default $"+envBrokerURL+"; one of them is required; prefer the variable for a URL with a password: flags show in ps)")
 	slot := fs.String("slot", "", "replication slot (default <schema>_events)")
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
 	topic := fs.String("topic", "pgwake.events", "topic, or topic prefix with --topic-by")
@@ -205,6 +206,9 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	lagWarn := fs.Int64("lag-warn-bytes", 1<<30, "warn when the slot retains more WAL than this")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
+	}
+	if *to == "" {
+		*to = os.Getenv(envBrokerURL)
 	}
 	var topicFn events.TopicFunc
 	switch *topicBy {
@@ -232,13 +236,13 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	var err error
 	switch {
 	case *to == "":
-		return usagef("--to is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/")
+		return usagef("--to or %s is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/", envBrokerURL)
 	case strings.HasPrefix(*to, "nats://") || strings.HasPrefix(*to, "tls://"):
 		pub, err = natsbridge.NewPublisher(natsbridge.Config{URL: *to, Stream: *natsStream, Subjects: []string{*topic, *topic + ".>"}})
 	case strings.HasPrefix(*to, "amqp://") || strings.HasPrefix(*to, "amqps://"):
 		pub, err = amqpbridge.NewPublisher(amqpbridge.Config{URL: *to})
 	default:
-		return usagef("--to %q: use a nats:// or amqp:// URL", redactURL(*to))
+		return usagef("--to %q: use a nats:// or amqp:// URL", redactBrokerURL(*to))
 	}
 	if err != nil {
 		return err
@@ -255,7 +259,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactURL(*to))}
+	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactBrokerURL(*to))}
 	if !metricsOff(*metricsAddr) {
 		ms, err := listenMetrics(*metricsAddr, reg, pool, env.log)
 		if err != nil {
@@ -271,6 +275,15 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	env.log.Info("forwarder stopped", zap.String("acked", s.Acked().String()))
 	return nil
+}
+
+// redactBrokerURL hides a broker URL's credentials: NATS takes a token as
+// the user part, so the whole user part goes.
+func redactBrokerURL(s string) string {
+	if strings.HasPrefix(s, "amqp") {
+		return redactURL(s)
+	}
+	return natsbridge.RedactURL(s)
 }
 
 // parseSince reads an RFC 3339 time or a duration meaning that long ago.

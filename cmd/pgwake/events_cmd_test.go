@@ -115,6 +115,18 @@ func TestEventsCommandErrors(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "AMQP broker unreachable")
 	require.NotContains(t, r.stderr, "pw@")
+	// The broker URL from the environment (no password in ps), redacted in
+	// errors: a NATS token, user and password.
+	for _, u := range []string{"nats://t0kenSECRET@127.0.0.1:1", "nats://app:s3cretPW@127.0.0.1:1", "kafka://app:s3cretPW@x"} {
+		r = pgwakeEnv(t, []string{envDatabaseURL + "=" + pgtest.URL(), envBrokerURL + "=" + u}, "", "events", "forward")
+		require.NotEqual(t, 0, r.code, u)
+		require.Contains(t, r.stderr, "xxxxx@", u)
+		require.NotContains(t, r.stderr, "t0kenSECRET", u)
+		require.NotContains(t, r.stderr, "s3cretPW", u)
+	}
+	r = pgwakeEnv(t, []string{envDatabaseURL + "=" + pgtest.URL()}, "", "events", "forward")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, envBrokerURL)
 	r = pgwake(t, "", "events", "replay", "--since", "yesterday")
 	require.Equal(t, 2, r.code)
 	r = pgwake(t, "", "events", "nope")

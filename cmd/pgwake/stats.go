@@ -180,7 +180,7 @@ func printStatsTable(w io.Writer, st []queueStats) error {
 		if s.Pending > 0 {
 			oldest = roundDuration(time.Duration(s.OldestPendingAgeSec * float64(time.Second))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Queue, s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(s.Queue, false), s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest)
 	}
 	return tw.Flush()
 }

@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -77,7 +79,7 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, cfg.URL, err)
+		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, RedactURL(cfg.URL), err)
 	}
 	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
 		nc.Close()
@@ -185,4 +187,22 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 func (p *asyncPublisher) Close() error {
 	p.nc.Close()
 	return nil
+}
+
+// RedactURL hides the credentials of each URL of a NATS server list (comma
+// separated): user and password, or a token (which NATS takes as the user
+// part). An unparsable URL is replaced whole.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+		case u.User != nil:
+			u.User = url.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

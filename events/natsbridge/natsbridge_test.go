@@ -139,6 +139,15 @@ func TestUnreachableServer(t *testing.T) {
 	_, err := natsbridge.NewPublisher(natsbridge.Config{URL: "nats://127.0.0.1:1", ConnectTimeout: time.Second})
 	require.ErrorIs(t, err, natsbridge.ErrUnreachable)
 	require.Contains(t, err.Error(), "nats://127.0.0.1:1")
+	// Credentials never show: user and password, a token, in a server list.
+	for _, u := range []string{"nats://app:s3cretPW@127.0.0.1:1", "nats://t0kenSECRET@127.0.0.1:1",
+		"nats://127.0.0.1:2,nats://app:s3cretPW@127.0.0.1:1"} {
+		_, err := natsbridge.NewPublisher(natsbridge.Config{URL: u, ConnectTimeout: time.Second})
+		require.ErrorIs(t, err, natsbridge.ErrUnreachable)
+		require.NotContains(t, err.Error(), "s3cretPW")
+		require.NotContains(t, err.Error(), "t0kenSECRET")
+		require.Contains(t, err.Error(), "127.0.0.1:1")
+	}
 }
 
 func pglogreplParse(s string) (uint64, error) {

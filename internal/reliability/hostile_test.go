@@ -205,3 +205,48 @@ func TestStrangersLocksBlockNothing(t *testing.T) {
 	_, err = migrations.Up(ectx, w.admin, w.schema)
 	require.NoError(t, err, "migrate waited for a lock someone else held")
 }
+
+// TestMigrateRefusesAForeignSchema: a role allowed to create schemas creates
+// pgwake's schema first, with a schema_migrations table that claims every
+// migration. migrate refuses it (the owner controls what runs there; trusted
+// blindly, it would report the schema up to date with no tables) unless
+// allowed explicitly; a schema the migrating role owns is migrated.
+func TestMigrateRefusesAForeignSchema(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	stranger, strangerURL := w.newRole("stranger", "")
+	var db string
+	require.NoError(t, w.admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db))
+	_, err := w.admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+pgx.Identifier{stranger}.Sanitize())
+	require.NoError(t, err)
+	schema := fmt.Sprintf("foreign_%08x", rand.Uint32())
+	t.Cleanup(func() { _, _ = w.admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	sp := w.poolOn(strangerURL, "stranger", 1)
+	_, err = sp.Exec(ctx, `CREATE SCHEMA `+schema+`;
+		CREATE TABLE `+schema+`.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO `+schema+`.schema_migrations (version, name) SELECT g, 'fake' FROM generate_series(1, 100) g`)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, w.admin, schema)
+	var fe *migrations.ForeignSchemaError
+	require.ErrorAs(t, err, &fe)
+	require.ErrorIs(t, err, migrations.ErrForeignSchema)
+	require.Equal(t, stranger, fe.Owner)
+	require.Contains(t, err.Error(), "--allow-foreign-schema")
+	// Allowed explicitly, the fake table is trusted: that is the risk.
+	ran, err := migrations.UpWithOptions(ctx, w.admin, schema, migrations.Options{AllowForeignSchema: true})
+	require.NoError(t, err)
+	require.Empty(t, ran)
+
+	// The stranger's own schema table inside a schema the migrator owns.
+	own := fmt.Sprintf("owned_%08x", rand.Uint32())
+	t.Cleanup(func() { _, _ = w.admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+own+` CASCADE`) })
+	_, err = w.admin.Exec(ctx, `CREATE SCHEMA `+own+`; GRANT USAGE, CREATE ON SCHEMA `+own+` TO `+pgx.Identifier{stranger}.Sanitize())
+	require.NoError(t, err)
+	_, err = sp.Exec(ctx, `CREATE TABLE `+own+`.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, w.admin, own)
+	require.ErrorAs(t, err, &fe)
+	require.Contains(t, fe.Object, "schema_migrations")
+}
