@@ -1,0 +1,387 @@
+-- The SQL API (docs/sql.md): enqueue, enqueue_many, cancel and retry for any
+-- PostgreSQL client, in the caller's transaction, with what queue.EnqueueTx
+-- does: the job, its enqueued event, a wake-up when a worker sleeps on the
+-- queue, validation that writes nothing. enqueue_jobs is the one
+-- implementation: the Go client calls it too.
+--
+-- Every function is SECURITY DEFINER (it runs as the owner of pgwake's
+-- tables, so a producer needs EXECUTE and no table privilege) with its
+-- search_path pinned to pg_catalog, pg_temp: no function, operator or table a
+-- caller creates elsewhere is ever resolved here. EXECUTE is revoked from
+-- PUBLIC; docs/grants.sql grants it.
+--
+-- Errors (SQLSTATE class PW, message "job N: field: ...", the field also in
+-- the error's COLUMN):
+--   PW001 kind, PW002 queue, PW003 payload, PW004 priority,
+--   PW005 run_after / delay, PW006 max_attempts, PW007 unique_key,
+--   PW008 enqueue_many's argument (not an array of objects, unknown key, a
+--   value of the wrong JSON type).
+-- {{wake_channel}} is the schema's NOTIFY channel as a literal.
+
+-- invalid raises one of the errors above.
+CREATE FUNCTION {{schema}}.invalid(code text, ord bigint, field text, msg text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, COLUMN = field,
+        MESSAGE = pg_catalog.format('pgwake: job %s: %s: %s', ord - 1, field, msg);
+END
+$$;
+
+-- enqueue_jobs enqueues the jobs given column-wise (element i of every
+-- array is job i; a NULL array or element takes the default) and returns,
+-- in input order (ord from 1), each job's id and whether its unique key was
+-- held by an unfinished job (then id is that job's and nothing was written
+-- for it). payload_limit bounds each payload's JSON text, in bytes.
+CREATE FUNCTION {{schema}}.enqueue_jobs(
+    kinds         text[],
+    payloads      jsonb[]       DEFAULT NULL,
+    queues        text[]        DEFAULT NULL,
+    run_afters    timestamptz[] DEFAULT NULL,
+    delays        interval[]    DEFAULT NULL,
+    priorities    integer[]     DEFAULT NULL,
+    attempt_limits integer[]    DEFAULT NULL,
+    unique_keys   text[]        DEFAULT NULL,
+    payload_limit integer       DEFAULT 1048576
+) RETURNS TABLE (ord integer, id bigint, duplicate boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    n       integer := coalesce(pg_catalog.cardinality(kinds), 0);
+    bad     record;
+    todo    integer[];
+    ids     bigint[];
+    dups    boolean[];
+    ids_inserted bigint[];
+    missing integer[];
+    woke    bigint;
+    round   integer := 0;
+    r       record;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF (payloads IS NOT NULL AND pg_catalog.cardinality(payloads) <> n)
+        OR (queues IS NOT NULL AND pg_catalog.cardinality(queues) <> n)
+        OR (run_afters IS NOT NULL AND pg_catalog.cardinality(run_afters) <> n)
+        OR (delays IS NOT NULL AND pg_catalog.cardinality(delays) <> n)
+        OR (priorities IS NOT NULL AND pg_catalog.cardinality(priorities) <> n)
+        OR (attempt_limits IS NOT NULL AND pg_catalog.cardinality(attempt_limits) <> n)
+        OR (unique_keys IS NOT NULL AND pg_catalog.cardinality(unique_keys) <> n) THEN
+        RAISE EXCEPTION USING ERRCODE = 'PW008',
+            MESSAGE = 'pgwake: enqueue_jobs: every array must be NULL or as long as kinds';
+    END IF;
+    -- The first invalid job, checked field by field in queue.NewJob's order.
+    SELECT v.ord, v.code, v.field, v.msg INTO bad FROM (
+        SELECT t.ord,
+            CASE
+            WHEN t.q IS NOT NULL AND (t.q = '' OR pg_catalog.octet_length(t.q) > 63 OR t.q !~ '^[a-z0-9][a-z0-9_.-]*$')
+                THEN 'PW002|queue|' || pg_catalog.format('invalid queue name %L: 1 to 63 bytes of lowercase letters, digits, ''_'', ''.'', ''-'', starting with a letter or digit', t.q)
+            WHEN t.k IS NULL OR t.k = ''
+                THEN 'PW001|kind|invalid kind: empty'
+            WHEN pg_catalog.octet_length(t.k) > 255
+                THEN 'PW001|kind|' || pg_catalog.format('invalid kind: %s bytes, the limit is 255', pg_catalog.octet_length(t.k))
+            WHEN t.k ~ '[[:space:][:cntrl:]]'
+                THEN 'PW001|kind|' || pg_catalog.format('invalid kind %L: use printable characters without spaces', t.k)
+            WHEN t.p IS NOT NULL AND pg_catalog.octet_length(t.p::text) > payload_limit
+                THEN 'PW003|payload|' || pg_catalog.format('payload too large: %s bytes, the limit is %s', pg_catalog.octet_length(t.p::text), payload_limit)
+            WHEN t.pr IS NOT NULL AND (t.pr < -32768 OR t.pr > 32767)
+                THEN 'PW004|priority|' || pg_catalog.format('priority out of range: %s is outside -32768..32767', t.pr)
+            WHEN t.ra IS NOT NULL AND NOT pg_catalog.isfinite(t.ra)
+                THEN 'PW005|run_after|' || pg_catalog.format('invalid schedule: run_after %s is not a finite time', t.ra)
+            WHEN t.ra IS NULL AND t.d IS NOT NULL AND (NOT pg_catalog.isfinite(t.d) OR t.d < interval '0')
+                THEN 'PW005|delay|' || pg_catalog.format('invalid schedule: delay %s is negative or infinite', t.d)
+            WHEN t.ma IS NOT NULL AND t.ma < 1
+                THEN 'PW006|max_attempts|' || pg_catalog.format('max attempts must be at least 1: got %s', t.ma)
+            WHEN t.uk IS NOT NULL AND pg_catalog.octet_length(t.uk) > 1024
+                THEN 'PW007|unique_key|' || pg_catalog.format('invalid unique key: %s bytes, the limit is 1024', pg_catalog.octet_length(t.uk))
+            END AS err
+        FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
+            pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
+            pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys))
+            WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, ord)
+    ) s, LATERAL (SELECT s.ord, pg_catalog.split_part(s.err, '|', 1) AS code, pg_catalog.split_part(s.err, '|', 2) AS field,
+        pg_catalog.substr(s.err, pg_catalog.length(pg_catalog.split_part(s.err, '|', 1)) + pg_catalog.length(pg_catalog.split_part(s.err, '|', 2)) + 3) AS msg) v
+    WHERE s.err IS NOT NULL
+    ORDER BY s.ord
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM {{schema}}.invalid(bad.code, bad.ord, bad.field, bad.msg);
+    END IF;
+
+    todo := ARRAY(SELECT pg_catalog.generate_series(1, n));
+    ids := pg_catalog.array_fill(NULL::bigint, ARRAY[n]);
+    dups := pg_catalog.array_fill(false, ARRAY[n]);
+    LOOP
+        -- Insert: ids taken from the jobs' sequence in input order, so rows
+        -- map back to their input and claim order follows input order. A
+        -- unique key held by an unfinished job inserts nothing for that input.
+        WITH input AS MATERIALIZED (
+            SELECT t.ord::integer AS ord, pg_catalog.nextval('{{schema}}.jobs_id_seq'::regclass) AS id,
+                coalesce(t.q, 'default') AS queue, t.k AS kind, coalesce(t.p, '{}'::jsonb) AS payload,
+                coalesce(t.pr, 0)::smallint AS priority,
+                coalesce(t.ra, pg_catalog.now() + coalesce(t.d, interval '0')) AS run_after,
+                coalesce(t.ma, 5) AS max_attempts, nullif(t.uk, '') AS unique_key
+            FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
+                pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
+                pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys))
+                WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, ord)
+            WHERE t.ord = ANY (todo)
+            ORDER BY t.ord
+        ), ins AS (
+            INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key)
+            SELECT i.id, i.queue, i.kind, i.payload, i.priority, i.run_after, i.max_attempts, i.unique_key
+            FROM input i ORDER BY i.ord
+            ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
+            RETURNING j.id, j.queue, j.kind, j.run_after
+        ), ev AS (
+            INSERT INTO {{schema}}.events (job_id, type, queue, kind, attempt, data)
+            SELECT x.id, 'enqueued', x.queue, x.kind, 0, pg_catalog.jsonb_build_object('run_after', x.run_after)
+            FROM ins x ORDER BY x.id
+        ), wake AS (
+            -- One wake-up per queue a worker sleeps on: the queue, plus
+            -- "|<ms>" when its earliest new job is that far in the future.
+            SELECT pg_catalog.pg_notify({{wake_channel}}, x.queue || CASE WHEN pg_catalog.min(x.run_after) > pg_catalog.clock_timestamp()
+                THEN '|' || pg_catalog.ceil(EXTRACT(epoch FROM pg_catalog.min(x.run_after) - pg_catalog.clock_timestamp()) * 1000::numeric)::bigint::text
+                ELSE '' END)
+            FROM ins x GROUP BY x.queue HAVING {{schema}}.wake_needed(x.queue)
+        )
+        SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord) FILTER (WHERE x.id IS NULL),
+            (SELECT pg_catalog.count(*) FROM wake),
+            pg_catalog.array_agg(i.ord ORDER BY i.ord) FILTER (WHERE x.id IS NOT NULL),
+            pg_catalog.array_agg(i.id ORDER BY i.ord) FILTER (WHERE x.id IS NOT NULL)
+        INTO missing, woke, todo, ids_inserted
+        FROM input i LEFT JOIN ins x ON x.id = i.id;
+        IF round = 0 AND missing IS NULL THEN
+            -- Everything inserted (the usual case).
+            RETURN QUERY SELECT u.o::integer, u.i, false FROM pg_catalog.unnest(ids_inserted) WITH ORDINALITY AS u(i, o);
+            RETURN;
+        END IF;
+        FOR r IN SELECT u.o, u.i FROM ROWS FROM (pg_catalog.unnest(todo), pg_catalog.unnest(ids_inserted)) AS u(o, i) LOOP
+            ids[r.o] := r.i;
+        END LOOP;
+        EXIT WHEN missing IS NULL;
+        -- The inputs whose key is held: the holder's id. A holder that
+        -- finished since the insert leaves its input for the next round.
+        todo := NULL;
+        FOR r IN SELECT m.o, (SELECT j.id FROM {{schema}}.jobs j WHERE j.unique_key OPERATOR(pg_catalog.=) unique_keys[m.o]
+                    AND j.state IN ('pending', 'running')) AS holder
+                FROM pg_catalog.unnest(missing) AS m(o) LOOP
+            IF r.holder IS NULL THEN
+                todo := todo || r.o;
+            ELSE
+                ids[r.o] := r.holder;
+                dups[r.o] := true;
+            END IF;
+        END LOOP;
+        EXIT WHEN todo IS NULL;
+        round := round + 1;
+        IF round = 5 THEN
+            RAISE EXCEPTION USING ERRCODE = '40001',
+                MESSAGE = 'pgwake: enqueue: unique keys kept changing state; gave up after 5 rounds';
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT u.o::integer, u.i, u.d FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(dups)) WITH ORDINALITY AS u(i, d, o);
+END
+$$;
+
+-- enqueue enqueues one job and returns its id (or, when unique_key is held
+-- by an unfinished job, that job's id, writing nothing). run_after wins over
+-- delay; neither means now.
+CREATE FUNCTION {{schema}}.enqueue(
+    kind         text,
+    payload      jsonb       DEFAULT '{}',
+    queue        text        DEFAULT 'default',
+    run_after    timestamptz DEFAULT NULL,
+    delay        interval    DEFAULT NULL,
+    priority     integer     DEFAULT 0,
+    max_attempts integer     DEFAULT 5,
+    unique_key   text        DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.id FROM {{schema}}.enqueue_jobs(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], ARRAY[$6], ARRAY[$7], ARRAY[$8]) e
+$$;
+
+-- json_text, json_int, json_time and json_interval read key of job ord of
+-- enqueue_many's argument as the type enqueue takes, or raise PW008 (wrong
+-- JSON type), PW004 / PW006 (not a 32-bit integer) or PW005 (a run_after or
+-- delay that does not parse).
+CREATE FUNCTION {{schema}}.json_text(job jsonb, key text, ord bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF job -> key IS NULL OR pg_catalog.jsonb_typeof(job -> key) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF pg_catalog.jsonb_typeof(job -> key) <> 'string' THEN
+        PERFORM {{schema}}.invalid('PW008', ord, key, pg_catalog.format('want a JSON string, got %s', pg_catalog.jsonb_typeof(job -> key)));
+    END IF;
+    RETURN job ->> key;
+END
+$$;
+
+CREATE FUNCTION {{schema}}.json_int(job jsonb, key text, ord bigint) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v numeric;
+BEGIN
+    IF job -> key IS NULL OR pg_catalog.jsonb_typeof(job -> key) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF pg_catalog.jsonb_typeof(job -> key) <> 'number' THEN
+        PERFORM {{schema}}.invalid('PW008', ord, key, pg_catalog.format('want a JSON number, got %s', pg_catalog.jsonb_typeof(job -> key)));
+    END IF;
+    v := (job ->> key)::numeric;
+    IF v <> pg_catalog.trunc(v) OR v < -2147483648 OR v > 2147483647 THEN
+        PERFORM {{schema}}.invalid(CASE key WHEN 'priority' THEN 'PW004' ELSE 'PW006' END, ord, key,
+            pg_catalog.format('%s is not a 32-bit integer', v));
+    END IF;
+    RETURN v::integer;
+END
+$$;
+
+CREATE FUNCTION {{schema}}.json_time(job jsonb, key text, ord bigint) RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text := {{schema}}.json_text(job, key, ord);
+BEGIN
+    RETURN s::timestamptz;
+EXCEPTION WHEN data_exception THEN
+    PERFORM {{schema}}.invalid('PW005', ord, key, pg_catalog.format('invalid schedule: %L is not a timestamp', s));
+END
+$$;
+
+CREATE FUNCTION {{schema}}.json_interval(job jsonb, key text, ord bigint) RETURNS interval
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s text;
+BEGIN
+    IF pg_catalog.jsonb_typeof(job -> key) = 'number' THEN
+        RETURN (job ->> key)::float8 * interval '1 second';
+    END IF;
+    s := {{schema}}.json_text(job, key, ord);
+    RETURN s::interval;
+EXCEPTION WHEN data_exception THEN
+    PERFORM {{schema}}.invalid('PW005', ord, key, pg_catalog.format('invalid schedule: %L is not an interval', s));
+END
+$$;
+
+-- enqueue_many enqueues a JSON array of jobs, each an object with enqueue's
+-- parameters as keys (delay: an interval string or a number of seconds), in
+-- one statement with one wake-up per queue. It returns the ids in input
+-- order, as enqueue does.
+CREATE FUNCTION {{schema}}.enqueue_many(jobs jsonb) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+    result_ids bigint[];
+BEGIN
+    IF jobs IS NULL OR pg_catalog.jsonb_typeof(jobs) <> 'array' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PW008',
+            MESSAGE = pg_catalog.format('pgwake: enqueue_many: want a JSON array of job objects, got %s', coalesce(pg_catalog.jsonb_typeof(jobs), 'NULL'));
+    END IF;
+    SELECT e.ord, pg_catalog.jsonb_typeof(e.job) AS type,
+        (SELECT k FROM pg_catalog.jsonb_object_keys(CASE WHEN pg_catalog.jsonb_typeof(e.job) = 'object' THEN e.job END) k
+         WHERE k <> ALL (ARRAY['kind', 'payload', 'queue', 'run_after', 'delay', 'priority', 'max_attempts', 'unique_key']) LIMIT 1) AS key
+    INTO bad
+    FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord)
+    WHERE pg_catalog.jsonb_typeof(e.job) <> 'object'
+       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(CASE WHEN pg_catalog.jsonb_typeof(e.job) = 'object' THEN e.job END) k
+                  WHERE k <> ALL (ARRAY['kind', 'payload', 'queue', 'run_after', 'delay', 'priority', 'max_attempts', 'unique_key']))
+    ORDER BY e.ord LIMIT 1;
+    IF FOUND THEN
+        IF bad.type <> 'object' THEN
+            PERFORM {{schema}}.invalid('PW008', bad.ord, 'job', pg_catalog.format('want a JSON object, got %s', bad.type));
+        END IF;
+        PERFORM {{schema}}.invalid('PW008', bad.ord, bad.key, 'unknown key; use kind, payload, queue, run_after, delay, priority, max_attempts, unique_key');
+    END IF;
+    SELECT pg_catalog.array_agg(r.id ORDER BY r.ord) INTO result_ids
+    FROM {{schema}}.enqueue_jobs(
+        ARRAY(SELECT {{schema}}.json_text(e.job, 'kind', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT e.job -> 'payload' FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT {{schema}}.json_text(e.job, 'queue', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT CASE WHEN e.job ? 'run_after' THEN {{schema}}.json_time(e.job, 'run_after', e.ord) END FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT CASE WHEN e.job ? 'delay' THEN {{schema}}.json_interval(e.job, 'delay', e.ord) END FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT {{schema}}.json_int(e.job, 'priority', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT {{schema}}.json_int(e.job, 'max_attempts', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT {{schema}}.json_text(e.job, 'unique_key', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord)) r;
+    RETURN coalesce(result_ids, '{}');
+END
+$$;
+
+-- cancel_jobs marks the pending or running jobs among ids cancelled, with
+-- their cancelled events, and tells the worker of a running (leased) one
+-- ("!cancel|<id>" on the wake channel). It returns the ids it cancelled.
+CREATE FUNCTION {{schema}}.cancel_jobs(ids bigint[]) RETURNS SETOF bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH j AS (
+    UPDATE {{schema}}.jobs SET state = 'cancelled', finished_at = pg_catalog.clock_timestamp(), lease_expires_at = NULL
+    WHERE id = ANY ($1) AND state IN ('pending', 'running')
+    RETURNING id, queue, kind, attempts, leased_by
+), a AS (
+    DELETE FROM {{schema}}.attempts WHERE job_id IN (SELECT id FROM j)
+), ev AS (
+    INSERT INTO {{schema}}.events (job_id, type, queue, kind, attempt)
+    SELECT id, 'cancelled', queue, kind, attempts FROM j ORDER BY id
+), tell AS (
+    SELECT pg_catalog.pg_notify({{wake_channel}}, '!cancel|' || id::text) FROM j WHERE leased_by IS NOT NULL
+)
+SELECT id FROM j WHERE (SELECT pg_catalog.count(*) FROM tell) >= 0
+$$;
+
+-- cancel cancels one pending or running job; false when there is none.
+CREATE FUNCTION {{schema}}.cancel(id bigint) RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT 1 FROM {{schema}}.cancel_jobs(ARRAY[$1])) $$;
+
+-- retry puts a failed job back to pending, due now, with a retried event and
+-- a wake-up; its attempts are kept and max_attempts grows by one if needed.
+-- False when the job is not failed.
+CREATE FUNCTION {{schema}}.retry(id bigint) RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH j AS (
+    UPDATE {{schema}}.jobs SET state = 'pending', run_after = pg_catalog.now(), finished_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempts + 1)
+    WHERE id = $1 AND state = 'failed'
+    RETURNING id, queue, kind, attempts, run_after
+), ev AS (
+    INSERT INTO {{schema}}.events (job_id, type, queue, kind, attempt, data)
+    SELECT id, 'retried', queue, kind, attempts, pg_catalog.jsonb_build_object('run_after', run_after) FROM j
+), wake AS (
+    SELECT pg_catalog.pg_notify({{wake_channel}}, queue) FROM j
+)
+SELECT EXISTS (SELECT 1 FROM j) AND (SELECT pg_catalog.count(*) FROM wake) >= 0
+$$;
+
+REVOKE EXECUTE ON FUNCTION
+    {{schema}}.invalid(text, bigint, text, text),
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer),
+    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text),
+    {{schema}}.json_text(jsonb, text, bigint),
+    {{schema}}.json_int(jsonb, text, bigint),
+    {{schema}}.json_time(jsonb, text, bigint),
+    {{schema}}.json_interval(jsonb, text, bigint),
+    {{schema}}.enqueue_many(jsonb),
+    {{schema}}.cancel_jobs(bigint[]),
+    {{schema}}.cancel(bigint),
+    {{schema}}.retry(bigint)
+FROM PUBLIC;
