@@ -48,12 +48,12 @@ func (w *world) newRole(prefix, attrs string) (string, string) {
 }
 
 // applyGrants runs docs/grants.sql for the schema and roles.
-func (w *world) applyGrants(appRole, streamRole string) {
+func (w *world) applyGrants(appRole, streamRole, producerRole string) {
 	w.t.Helper()
 	b, err := os.ReadFile(grantsFile)
 	require.NoError(w.t, err)
 	sql := strings.NewReplacer("{{schema}}", sqlident.Quote(w.schema), "{{app_role}}", sqlident.Quote(appRole),
-		"{{stream_role}}", sqlident.Quote(streamRole)).Replace(string(b))
+		"{{stream_role}}", sqlident.Quote(streamRole), "{{producer_role}}", sqlident.Quote(producerRole)).Replace(string(b))
 	_, err = w.admin.Exec(context.Background(), sql)
 	require.NoError(w.t, err)
 }
@@ -74,7 +74,7 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	w := newWorld(t, false)
 	ctx := context.Background()
 	app, appURL := w.newRole("pgwake_app", "")
-	w.applyGrants(app, app)
+	w.applyGrants(app, app, app)
 	// The application's own table, written by the handler.
 	_, err := w.admin.Exec(ctx, `GRANT INSERT ON `+w.table(effectsTable)+` TO `+sqlident.Quote(app))
 	require.NoError(t, err)
@@ -166,7 +166,7 @@ func TestLeastPrivilegeEventStream(t *testing.T) {
 	require.Equal(t, "logical", level)
 	app, appURL := w.newRole("pgwake_app", "")
 	stream, streamURL := w.newRole("pgwake_stream", "REPLICATION")
-	w.applyGrants(app, stream)
+	w.applyGrants(app, stream, app)
 	pubName, slot := w.schema+"_pub", w.schema+"_slot"
 	require.NoError(t, events.EnsurePublication(ctx, w.admin, w.schema, pubName))
 	t.Cleanup(func() {

@@ -33,7 +33,9 @@ $$;
 -- array is job i; a NULL array or element takes the default) and returns,
 -- in input order (ord from 1), each job's id and whether its unique key was
 -- held by an unfinished job (then id is that job's and nothing was written
--- for it). payload_limit bounds each payload's JSON text, in bytes.
+-- for it). payload_limit bounds each payload's JSON text as PostgreSQL prints
+-- it, in bytes (NULL: no bound; the Go client checks its own
+-- Config.MaxPayloadBytes on the text it sends).
 CREATE FUNCTION {{schema}}.enqueue_jobs(
     kinds         text[],
     payloads      jsonb[]       DEFAULT NULL,
@@ -86,7 +88,7 @@ BEGIN
                 THEN 'PW001|kind|' || pg_catalog.format('invalid kind: %s bytes, the limit is 255', pg_catalog.octet_length(t.k))
             WHEN t.k ~ '[[:space:][:cntrl:]]'
                 THEN 'PW001|kind|' || pg_catalog.format('invalid kind %L: use printable characters without spaces', t.k)
-            WHEN t.p IS NOT NULL AND pg_catalog.octet_length(t.p::text) > payload_limit
+            WHEN t.p IS NOT NULL AND payload_limit IS NOT NULL AND pg_catalog.octet_length(t.p::text) > payload_limit
                 THEN 'PW003|payload|' || pg_catalog.format('payload too large: %s bytes, the limit is %s', pg_catalog.octet_length(t.p::text), payload_limit)
             WHEN t.pr IS NOT NULL AND (t.pr < -32768 OR t.pr > 32767)
                 THEN 'PW004|priority|' || pg_catalog.format('priority out of range: %s is outside -32768..32767', t.pr)
