@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -150,6 +151,64 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	}
 	_, err = migrations.Up(ctx, pool, w.schema+"_other")
 	require.Error(t, err, "migrations as the app role")
+}
+
+// TestLeastPrivilegeProducer enqueues as a role that has only the
+// producer grants of docs/grants.sql (USAGE on the schema, EXECUTE on the
+// SQL API's enqueue functions): SQL enqueue and enqueue_many, and the Go
+// client (which calls the same function), work, in a transaction too; a
+// worker runs the jobs; every table, the sequence, cancel and retry are
+// refused.
+func TestLeastPrivilegeProducer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	app, _ := w.newRole("pgwake_app", "")
+	producer, producerURL := w.newRole("pgwake_producer", "")
+	w.applyGrants(app, app, producer)
+	pool := w.poolOn(producerURL, "pgwake_producer", 4)
+	fn := func(name string) string { return w.table(name) }
+
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT `+fn("enqueue")+`($1, $2::jsonb, queue => 'default')`, jobKind, `{"mode": "ok"}`).Scan(&id))
+	var ids []int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT `+fn("enqueue_many")+`($1::jsonb)`,
+		`[{"kind": "`+jobKind+`", "payload": {"mode": "ok"}}, {"kind": "`+jobKind+`", "payload": {"mode": "ok"}, "unique_key": "p1"}]`).Scan(&ids))
+	require.Len(t, ids, 2)
+	c, err := queue.New(pool, queue.Config{Schema: w.schema})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := c.EnqueueTx(ctx, tx, queue.NewJob{Kind: jobKind, Payload: map[string]any{"mode": modeOK}, UniqueKey: "p2"})
+		return err
+	}))
+	dup, err := c.Enqueue(ctx, queue.NewJob{Kind: jobKind, UniqueKey: "p1"})
+	require.NoError(t, err)
+	require.Equal(t, queue.EnqueueResult{ID: ids[1], Duplicate: true}, dup)
+	require.Equal(t, 4, w.count(`SELECT count(*) FROM `+w.table("events")+` WHERE type = 'enqueued'`))
+
+	for _, sql := range []string{
+		`SELECT count(*) FROM ` + w.table("jobs"),
+		`INSERT INTO ` + w.table("jobs") + ` (queue, kind) VALUES ('default', 'k')`,
+		`UPDATE ` + w.table("jobs") + ` SET priority = 1`,
+		`INSERT INTO ` + w.table("events") + ` (job_id, type, queue, kind, attempt) VALUES (1, 'x', 'q', 'k', 0)`,
+		`SELECT count(*) FROM ` + w.table("waiters"),
+		`SELECT salt FROM ` + w.table("wake_salt"),
+		`SELECT nextval('` + w.table("jobs_id_seq") + `')`,
+		`SELECT ` + fn("cancel") + `(1)`,
+		`SELECT ` + fn("cancel_jobs") + `(ARRAY[1::bigint])`,
+		`SELECT ` + fn("retry") + `(1)`,
+		`SELECT ` + fn("wake_lock_key") + `('default')`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		requireDenied(t, err, sql)
+	}
+
+	worker, err := queue.New(w.pool("pgwake_worker", 10), workerConfig(w.schema, 200*time.Millisecond, 0))
+	require.NoError(t, err)
+	stop := pgtest.RunInBackground(t, "worker", worker.Run)
+	defer stop()
+	w.waitAllFinal(4, time.Minute)
+	require.Equal(t, 4, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE state = 'succeeded'`))
 }
 
 // TestLeastPrivilegeEventStream streams the event log as a role with
