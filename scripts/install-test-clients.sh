@@ -37,10 +37,15 @@ fi
 
 if command -v npm >/dev/null 2>&1; then
 	dir=internal/sqlapi/clients/node
-	if [[ ! -d "$dir/node_modules/pg" ]] || ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.package-lock.json" 2>/dev/null; then
+	# The stamp is the lock file npm ci last installed: nothing to do while it
+	# matches.
+	if [[ ! -d "$dir/node_modules/pg" ]] || ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.pgwake-installed-lock" 2>/dev/null; then
 		echo "install-test-clients: npm ci in $dir"
-		(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) ||
+		if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error); then
+			cp "$dir/package-lock.json" "$dir/node_modules/.pgwake-installed-lock"
+		else
 			echo "install-test-clients: npm ci failed; the Node test will skip" >&2
+		fi
 	fi
 else
 	echo "install-test-clients: no npm; the Node test will skip" >&2
