@@ -25,6 +25,10 @@ type Pgwake struct {
 	// Tune, when set, changes the config after the bench's settings (for
 	// experiments; results then no longer show the defaults).
 	Tune func(*queue.Config)
+	// SQL makes Enqueue call the SQL API (SELECT <schema>.enqueue(...)
+	// through pgx) instead of the Go client; the system then runs the
+	// enqueue mode only. Name defaults to "pgwake-sql".
+	SQL bool
 
 	env    *Env
 	schema string
@@ -39,25 +43,36 @@ const (
 	BenchKind  = "bench"
 )
 
-// Name returns Label or "pgwake".
+// Name returns Label, or "pgwake" ("pgwake-sql" with SQL).
 func (p *Pgwake) Name() string {
 	if p.Label != "" {
 		return p.Label
 	}
+	if p.SQL {
+		return SQLSystem
+	}
 	return "pgwake"
 }
+
+// SQLSystem is the name of the Pgwake system that enqueues through the SQL
+// API.
+const SQLSystem = "pgwake-sql"
+
 
 // Config describes the configuration.
 func (p *Pgwake) Config() string {
 	s := "queue.Config defaults; Queues{bench: MaxWorkers=workers}; one no-op handler"
+	if p.SQL {
+		s = "SELECT <schema>.enqueue(kind, payload, queue => 'bench') through pgx, one job per transaction"
+	}
 	if p.Tune != nil {
 		s += "; tuned by the caller"
 	}
 	return s
 }
 
-// Supports is true for every mode.
-func (p *Pgwake) Supports(Mode) bool { return true }
+// Supports is true for every mode, and only for enqueue with SQL.
+func (p *Pgwake) Supports(m Mode) bool { return !p.SQL || m == ModeEnqueue }
 
 func (p *Pgwake) config(handle HandleFunc) queue.Config {
 	cfg := queue.Config{
@@ -109,8 +124,18 @@ func (p *Pgwake) InsertMany(ctx context.Context, jobs []Job) error {
 	return err
 }
 
-// Enqueue uses Enqueue (one statement, its own transaction).
+// Enqueue uses Enqueue (one statement, its own transaction), or with SQL
+// one SELECT of the SQL API's enqueue (also its own transaction).
 func (p *Pgwake) Enqueue(ctx context.Context, job Job) error {
+	if p.SQL {
+		var runAfter *time.Time
+		if !job.RunAt.IsZero() {
+			runAfter = &job.RunAt
+		}
+		_, err := p.env.Pool.Exec(ctx, `SELECT `+sqlident.Quote(p.schema, "enqueue")+`($1::text, $2::jsonb, queue => $3::text, run_after => $4::timestamptz)`,
+			BenchKind, string(EncodePayload(job)), BenchQueue, runAfter)
+		return err
+	}
 	_, err := p.client.Enqueue(ctx, newJob(job))
 	return err
 }
