@@ -292,6 +292,12 @@ func TestEnqueueManyShape(t *testing.T) {
 		_, err := prod.Exec(ctx, `SELECT `+w.fn("enqueue_many")+`($1::jsonb)`, tc.arg)
 		requireState(t, err, tc.state, tc.column, tc.ord, tc.arg)
 	}
+	// enqueue's typed arguments are parsed by PostgreSQL before pgwake
+	// runs: its own SQLSTATEs.
+	_, err := prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', $1::text::jsonb)`, `{"not": json}`)
+	requireCode(t, err, "22P02") // invalid_text_representation
+	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', delay => $1::text::interval)`, `a while`)
+	requireCode(t, err, "22007") // invalid_datetime_format
 	var ids []int64
 	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue_many")+`('[]')`).Scan(&ids))
 	require.Empty(t, ids)
