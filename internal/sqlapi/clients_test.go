@@ -31,7 +31,9 @@ type client struct {
 	missing func() string
 	// commands are run one after another (psql runs once per job).
 	commands func(dir, schema, queue string) []*exec.Cmd
-	state    string
+	// state and column are the SQLSTATE and COLUMN its bad input must
+	// get; column "-" for psql, which keeps no COLUMN.
+	state, column string
 }
 
 const installHint = "run scripts/install-test-clients.sh as root (apt-get, npm ci)"
@@ -66,7 +68,8 @@ var clients = []client{
 			}
 			return cmds
 		},
-		state: "PW001",
+		state:  "PW001",
+		column: "-",
 	},
 	{
 		name: "python",
@@ -79,7 +82,8 @@ var clients = []client{
 		commands: func(dir, schema, queue string) []*exec.Cmd {
 			return []*exec.Cmd{exec.Command(debianPython(), filepath.Join(dir, "python", "enqueue.py"))}
 		},
-		state: "PW002",
+		state:  "PW002",
+		column: "queue",
 	},
 	{
 		name: "node",
@@ -95,7 +99,8 @@ var clients = []client{
 		commands: func(dir, schema, queue string) []*exec.Cmd {
 			return []*exec.Cmd{exec.Command("node", filepath.Join(dir, "node", "enqueue.js"))}
 		},
-		state: "PW005",
+		state:  "PW005",
+		column: "delay",
 	},
 	{
 		name: "ruby",
@@ -108,7 +113,8 @@ var clients = []client{
 		commands: func(dir, schema, queue string) []*exec.Cmd {
 			return []*exec.Cmd{exec.Command("ruby", filepath.Join(dir, "ruby", "enqueue.rb"))}
 		},
-		state: "PW006",
+		state:  "PW006",
+		column: "max_attempts",
 	},
 	{
 		name: "java",
@@ -125,7 +131,8 @@ var clients = []client{
 			// Source-file mode: compiled in memory, no build step.
 			return []*exec.Cmd{exec.Command("java", "-cp", jdbcJar, filepath.Join(dir, "java", "Enqueue.java"))}
 		},
-		state: "PW004",
+		state:  "PW004",
+		column: "priority",
 	},
 }
 
@@ -177,8 +184,8 @@ func TestClients(t *testing.T) {
 					require.NoError(t, err)
 					committed = append(committed, id)
 					commitAt[id] = time.UnixMicro(us)
-				case len(f) == 2 && f[0] == "sqlstate":
-					states[f[1]]++
+				case len(f) == 3 && f[0] == "sqlstate":
+					states[f[1]+" "+f[2]]++
 				case len(f) == 0:
 				default:
 					t.Fatalf("%s printed %q", c.name, sc.Text())
@@ -186,7 +193,7 @@ func TestClients(t *testing.T) {
 			}
 			require.NotEmpty(t, rolledBack)
 			require.Len(t, committed, clientJobs)
-			require.Equal(t, map[string]int{c.state: len(c.commands(dir, w.schema, q))}, states, "the bad input's SQLSTATE")
+			require.Equal(t, map[string]int{c.state + " " + c.column: len(c.commands(dir, w.schema, q))}, states, "the bad input's SQLSTATE and COLUMN")
 
 			// Rolled back: no job, no event, no order.
 			require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE id = ANY($1)`, rolledBack))
@@ -207,10 +214,11 @@ func TestClients(t *testing.T) {
 			p50, p99 := lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
 			t.Logf("%s: commit to handler start over %d jobs: p50 %s, p99 %s, max %s", c.name, len(lat),
 				p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
-			// The wake-up path, not the poll (an hour), ran every job; the
-			// bounds leave room for a loaded 2-core machine under -race.
-			require.Less(t, p50, 50*time.Millisecond, "median commit-to-start")
-			require.Less(t, p99, 250*time.Millisecond, "p99 commit-to-start")
+			// The wake-up path, not the poll (an hour), ran every job. The
+			// bounds leave room for a 2-core machine busy with other test
+			// packages (docs/sql.md has measured figures).
+			require.Less(t, p50, 100*time.Millisecond, "median commit-to-start")
+			require.Less(t, p99, time.Second, "p99 commit-to-start")
 		})
 	}
 }

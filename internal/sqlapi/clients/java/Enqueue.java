@@ -9,6 +9,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
+import org.postgresql.util.PSQLException;
 
 public class Enqueue {
     public static void main(String[] args) throws Exception {
@@ -44,7 +45,7 @@ public class Enqueue {
             try {
                 enqueue(enqueue, "{}", queue, 40000);
             } catch (SQLException e) {
-                System.out.println("sqlstate " + e.getSQLState());
+                System.out.println("sqlstate " + e.getSQLState() + " " + ((PSQLException) e).getServerErrorMessage().getColumn());
                 c.rollback();
             }
         }

@@ -38,7 +38,7 @@ async function main() {
   try {
     await client.query(`SELECT ${schema}.enqueue($1, delay => $2::interval, queue => $3)`, ['sqlapi.test', '-1 second', queue]);
   } catch (e) {
-    console.log('sqlstate', e.code);
+    console.log('sqlstate', e.code, e.column);
   }
   await client.end();
 }

@@ -20,4 +20,5 @@ COMMIT;
 
 -- A kind with a space: PW001.
 SELECT :"schema".enqueue('bad kind', queue => :'queue');
-\echo sqlstate :LAST_ERROR_SQLSTATE
+-- psql keeps the SQLSTATE of the last error, not its COLUMN field.
+\echo sqlstate :LAST_ERROR_SQLSTATE -

@@ -40,5 +40,5 @@ with psycopg.connect() as conn:
         with conn.cursor() as cur:
             cur.execute(enqueue, ("sqlapi.test", Jsonb({}), "Not A Queue"))
     except psycopg.Error as e:
-        print("sqlstate", e.sqlstate, flush=True)
+        print("sqlstate", e.sqlstate, e.diag.column_name, flush=True)
         conn.rollback()

@@ -33,6 +33,6 @@ end
 begin
   conn.exec_params(enqueue, ['sqlapi.test', '{}', queue, 0])
 rescue PG::Error => e
-  puts "sqlstate #{e.result.error_field(PG::PG_DIAG_SQLSTATE)}"
+  puts "sqlstate #{e.result.error_field(PG::PG_DIAG_SQLSTATE)} #{e.result.error_field(PG::PG_DIAG_COLUMN_NAME)}"
 end
 conn.close
