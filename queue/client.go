@@ -190,24 +190,21 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	}
 	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
 	// in one statement, as every other client gets them.
+	var ids []int64
+	var dups []bool
 	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&ids, &dups}, func() error { return nil })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: enqueue: %w", err)
 	}
-	results := make([]EnqueueResult, 0, n)
-	for rows.Next() {
-		var r EnqueueResult
-		if err := rows.Scan(&r.ID, &r.Duplicate); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("queue: enqueue: %w", err)
-		}
-		results = append(results, r)
+	if len(ids) != n || len(dups) != n {
+		return nil, fmt.Errorf("queue: enqueue: internal error: %d ids for %d jobs", len(ids), n)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
-	}
-	if len(results) != n {
-		return nil, fmt.Errorf("queue: enqueue: internal error: %d rows for %d jobs", len(results), n)
+	results := make([]EnqueueResult, n)
+	for i := range results {
+		results[i] = EnqueueResult{ID: ids[i], Duplicate: dups[i]}
 	}
 	for i, r := range results {
 		if !r.Duplicate {

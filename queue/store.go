@@ -11,7 +11,8 @@ type statements struct {
 	// enqueue calls the SQL API's enqueue_jobs (migration 0008, the one
 	// implementation of enqueue): $1 kinds, $2 payloads, $3 queues, $4
 	// run_after, $5 delays, $6 priorities, $7 max attempts, $8 unique keys
-	// (arrays, one element per job). Rows: id, duplicate, in input order.
+	// (arrays, one element per job). Row: the ids and duplicate flags, in
+	// input order.
 	enqueue string
 	// claim locks due jobs of queue $1 that have no attempt record: up to
 	// $2 held jobs ($3: kinds that run alone) or $5 leased ones ($4: leased
@@ -111,8 +112,8 @@ func newStatements(schema string) statements {
 // enqueueStatements: enqueue, through the SQL API. Exact argument types:
 // no overload a role creates elsewhere matches better.
 func (s *statements) enqueueStatements(t tables) {
-	s.enqueue = `SELECT e.id, e.duplicate FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
-	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer) e ORDER BY e.ord`
+	s.enqueue = `SELECT e.ids, e.duplicates FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
+	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer) e`
 }
 
 // claimStatements: jobs and attempts: claims.

@@ -10,16 +10,17 @@
 -- caller creates elsewhere is ever resolved here. EXECUTE is revoked from
 -- PUBLIC; docs/grants.sql grants it.
 --
--- Errors (SQLSTATE class PW, message "job N: field: ...", the field also in
--- the error's COLUMN):
+-- Errors (SQLSTATE class PW, message "pgwake: job N: field: ...", the field
+-- also in the error's COLUMN):
 --   PW001 kind, PW002 queue, PW003 payload, PW004 priority,
 --   PW005 run_after / delay, PW006 max_attempts, PW007 unique_key,
 --   PW008 enqueue_many's argument (not an array of objects, unknown key, a
 --   value of the wrong JSON type).
 -- {{wake_channel}} is the schema's NOTIFY channel as a literal.
 
--- invalid raises one of the errors above.
-CREATE FUNCTION {{schema}}.invalid(code text, ord bigint, field text, msg text) RETURNS void
+-- invalid raises one of the errors above (it never returns: boolean so that
+-- a CASE can call it).
+CREATE FUNCTION {{schema}}.invalid(code text, ord bigint, field text, msg text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -29,41 +30,86 @@ BEGIN
 END
 $$;
 
+-- valid_job checks job ord (from 1) field by field in queue.NewJob's order
+-- and raises the first error; true when the job is valid.
+CREATE FUNCTION {{schema}}.valid_job(ord bigint, k text, p jsonb, q text, ra timestamptz, d interval,
+    pr integer, ma integer, uk text, payload_limit integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF q IS NOT NULL AND (q = '' OR pg_catalog.octet_length(q) > 63 OR q !~ '^[a-z0-9][a-z0-9_.-]*$') THEN
+        RETURN {{schema}}.invalid('PW002', ord, 'queue', pg_catalog.format('invalid queue name %L: 1 to 63 bytes of lowercase letters, digits, ''_'', ''.'', ''-'', starting with a letter or digit', q));
+    ELSIF k IS NULL OR k = '' THEN
+        RETURN {{schema}}.invalid('PW001', ord, 'kind', 'invalid kind: empty');
+    ELSIF pg_catalog.octet_length(k) > 255 THEN
+        RETURN {{schema}}.invalid('PW001', ord, 'kind', pg_catalog.format('invalid kind: %s bytes, the limit is 255', pg_catalog.octet_length(k)));
+    ELSIF k ~ '[[:space:][:cntrl:]]' THEN
+        RETURN {{schema}}.invalid('PW001', ord, 'kind', pg_catalog.format('invalid kind %L: use printable characters without spaces', k));
+    ELSIF p IS NOT NULL AND payload_limit IS NOT NULL AND pg_catalog.octet_length(p::text) > payload_limit THEN
+        RETURN {{schema}}.invalid('PW003', ord, 'payload', pg_catalog.format('payload too large: %s bytes, the limit is %s', pg_catalog.octet_length(p::text), payload_limit));
+    ELSIF pr IS NOT NULL AND (pr < -32768 OR pr > 32767) THEN
+        RETURN {{schema}}.invalid('PW004', ord, 'priority', pg_catalog.format('priority out of range: %s is outside -32768..32767', pr));
+    ELSIF ra IS NOT NULL AND NOT pg_catalog.isfinite(ra) THEN
+        RETURN {{schema}}.invalid('PW005', ord, 'run_after', pg_catalog.format('invalid schedule: run_after %s is not a finite time', ra));
+    ELSIF ra IS NULL AND d IS NOT NULL AND (NOT pg_catalog.isfinite(d) OR d < interval '0') THEN
+        RETURN {{schema}}.invalid('PW005', ord, 'delay', pg_catalog.format('invalid schedule: delay %s is negative or infinite', d));
+    ELSIF ma IS NOT NULL AND ma < 1 THEN
+        RETURN {{schema}}.invalid('PW006', ord, 'max_attempts', pg_catalog.format('max attempts must be at least 1: got %s', ma));
+    ELSIF uk IS NOT NULL AND pg_catalog.octet_length(uk) > 1024 THEN
+        RETURN {{schema}}.invalid('PW007', ord, 'unique_key', pg_catalog.format('invalid unique key: %s bytes, the limit is 1024', pg_catalog.octet_length(uk)));
+    END IF;
+    RETURN true;
+END
+$$;
+
 -- enqueue_jobs enqueues the jobs given column-wise (element i of every
 -- array is job i; a NULL array or element takes the default) and returns,
--- in input order (ord from 1), each job's id and whether its unique key was
--- held by an unfinished job (then id is that job's and nothing was written
--- for it). payload_limit bounds each payload's JSON text as PostgreSQL prints
+-- in input order, each job's id and whether its unique key was held by an
+-- unfinished job (then the id is that job's and nothing was written for
+-- it). payload_limit bounds each payload's JSON text as PostgreSQL prints
 -- it, in bytes (NULL: no bound; the Go client checks its own
 -- Config.MaxPayloadBytes on the text it sends).
+--
+-- One job (enqueue, the Go client's Enqueue) takes a plain INSERT with
+-- VALUES; more take the same statement over unnest. Either way the usual
+-- call is one statement: the jobs are checked (valid_job) row by row as they
+-- are inserted, so an invalid job raises before the statement ends and
+-- everything it wrote goes with it. Generic plans: planning the statement
+-- anew on every call would cost more than running it.
 CREATE FUNCTION {{schema}}.enqueue_jobs(
-    kinds         text[],
-    payloads      jsonb[]       DEFAULT NULL,
-    queues        text[]        DEFAULT NULL,
-    run_afters    timestamptz[] DEFAULT NULL,
-    delays        interval[]    DEFAULT NULL,
-    priorities    integer[]     DEFAULT NULL,
-    attempt_limits integer[]    DEFAULT NULL,
-    unique_keys   text[]        DEFAULT NULL,
-    payload_limit integer       DEFAULT 1048576
-) RETURNS TABLE (ord integer, id bigint, duplicate boolean)
+    kinds          text[],
+    payloads       jsonb[]       DEFAULT NULL,
+    queues         text[]        DEFAULT NULL,
+    run_afters     timestamptz[] DEFAULT NULL,
+    delays         interval[]    DEFAULT NULL,
+    priorities     integer[]     DEFAULT NULL,
+    attempt_limits integer[]     DEFAULT NULL,
+    unique_keys    text[]        DEFAULT NULL,
+    payload_limit  integer       DEFAULT 1048576,
+    OUT ids        bigint[],
+    OUT duplicates boolean[]
+)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    n       integer := coalesce(pg_catalog.cardinality(kinds), 0);
-    bad     record;
-    todo    integer[];
-    ids     bigint[];
-    dups    boolean[];
-    ids_inserted bigint[];
-    missing integer[];
-    woke    bigint;
-    round   integer := 0;
-    r       record;
+    n        integer := coalesce(pg_catalog.cardinality(kinds), 0);
+    one_id   bigint;
+    todo     integer[];
+    missing  integer[];
+    inserted integer[];
+    all_ids  bigint[];
+    new_ids  bigint[];
+    woke     bigint;
+    round    integer := 0;
+    r        record;
 BEGIN
     IF n = 0 THEN
+        ids := '{}';
+        duplicates := '{}';
         RETURN;
     END IF;
     IF (payloads IS NOT NULL AND pg_catalog.cardinality(payloads) <> n)
@@ -76,67 +122,67 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PW008',
             MESSAGE = 'pgwake: enqueue_jobs: every array must be NULL or as long as kinds';
     END IF;
-    -- The first invalid job, checked field by field in queue.NewJob's order.
-    SELECT v.ord, v.code, v.field, v.msg INTO bad FROM (
-        SELECT t.ord,
-            CASE
-            WHEN t.q IS NOT NULL AND (t.q = '' OR pg_catalog.octet_length(t.q) > 63 OR t.q !~ '^[a-z0-9][a-z0-9_.-]*$')
-                THEN 'PW002|queue|' || pg_catalog.format('invalid queue name %L: 1 to 63 bytes of lowercase letters, digits, ''_'', ''.'', ''-'', starting with a letter or digit', t.q)
-            WHEN t.k IS NULL OR t.k = ''
-                THEN 'PW001|kind|invalid kind: empty'
-            WHEN pg_catalog.octet_length(t.k) > 255
-                THEN 'PW001|kind|' || pg_catalog.format('invalid kind: %s bytes, the limit is 255', pg_catalog.octet_length(t.k))
-            WHEN t.k ~ '[[:space:][:cntrl:]]'
-                THEN 'PW001|kind|' || pg_catalog.format('invalid kind %L: use printable characters without spaces', t.k)
-            WHEN t.p IS NOT NULL AND payload_limit IS NOT NULL AND pg_catalog.octet_length(t.p::text) > payload_limit
-                THEN 'PW003|payload|' || pg_catalog.format('payload too large: %s bytes, the limit is %s', pg_catalog.octet_length(t.p::text), payload_limit)
-            WHEN t.pr IS NOT NULL AND (t.pr < -32768 OR t.pr > 32767)
-                THEN 'PW004|priority|' || pg_catalog.format('priority out of range: %s is outside -32768..32767', t.pr)
-            WHEN t.ra IS NOT NULL AND NOT pg_catalog.isfinite(t.ra)
-                THEN 'PW005|run_after|' || pg_catalog.format('invalid schedule: run_after %s is not a finite time', t.ra)
-            WHEN t.ra IS NULL AND t.d IS NOT NULL AND (NOT pg_catalog.isfinite(t.d) OR t.d < interval '0')
-                THEN 'PW005|delay|' || pg_catalog.format('invalid schedule: delay %s is negative or infinite', t.d)
-            WHEN t.ma IS NOT NULL AND t.ma < 1
-                THEN 'PW006|max_attempts|' || pg_catalog.format('max attempts must be at least 1: got %s', t.ma)
-            WHEN t.uk IS NOT NULL AND pg_catalog.octet_length(t.uk) > 1024
-                THEN 'PW007|unique_key|' || pg_catalog.format('invalid unique key: %s bytes, the limit is 1024', pg_catalog.octet_length(t.uk))
-            END AS err
-        FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
-            pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
-            pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys))
-            WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, ord)
-    ) s, LATERAL (SELECT s.ord, pg_catalog.split_part(s.err, '|', 1) AS code, pg_catalog.split_part(s.err, '|', 2) AS field,
-        pg_catalog.substr(s.err, pg_catalog.length(pg_catalog.split_part(s.err, '|', 1)) + pg_catalog.length(pg_catalog.split_part(s.err, '|', 2)) + 3) AS msg) v
-    WHERE s.err IS NOT NULL
-    ORDER BY s.ord
-    LIMIT 1;
-    IF FOUND THEN
-        PERFORM {{schema}}.invalid(bad.code, bad.ord, bad.field, bad.msg);
-    END IF;
-
-    todo := ARRAY(SELECT pg_catalog.generate_series(1, n));
-    ids := pg_catalog.array_fill(NULL::bigint, ARRAY[n]);
-    dups := pg_catalog.array_fill(false, ARRAY[n]);
+    WHILE n = 1 LOOP
+        WITH ins AS (
+            INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_after, max_attempts, unique_key)
+            SELECT coalesce(queues[1], 'default'), kinds[1], coalesce(payloads[1], '{}'::jsonb), coalesce(priorities[1], 0)::smallint,
+                coalesce(run_afters[1], pg_catalog.now() + coalesce(delays[1], interval '0')), coalesce(attempt_limits[1], 5),
+                nullif(unique_keys[1], '')
+            WHERE {{schema}}.valid_job(1, kinds[1], payloads[1], queues[1], run_afters[1], delays[1],
+                priorities[1], attempt_limits[1], unique_keys[1], payload_limit)
+            ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
+            RETURNING j.id, j.queue, j.kind, j.run_after
+        ), ev AS (
+            INSERT INTO {{schema}}.events (job_id, type, queue, kind, attempt, data)
+            SELECT x.id, 'enqueued', x.queue, x.kind, 0, pg_catalog.jsonb_build_object('run_after', x.run_after) FROM ins x
+        ), wake AS (
+            SELECT pg_catalog.pg_notify({{wake_channel}}, x.queue || CASE WHEN x.run_after > pg_catalog.clock_timestamp()
+                THEN '|' || pg_catalog.ceil(EXTRACT(epoch FROM x.run_after - pg_catalog.clock_timestamp()) * 1000::numeric)::bigint::text
+                ELSE '' END)
+            FROM ins x WHERE {{schema}}.wake_needed(x.queue)
+        )
+        SELECT x.id, (SELECT pg_catalog.count(*) FROM wake) INTO one_id, woke FROM ins x;
+        IF one_id IS NOT NULL THEN
+            ids := ARRAY[one_id];
+            duplicates := ARRAY[false];
+            RETURN;
+        END IF;
+        -- The key is held: the holder's id, unless it finished since.
+        SELECT j.id INTO one_id FROM {{schema}}.jobs j
+        WHERE j.unique_key = unique_keys[1] AND j.state IN ('pending', 'running');
+        IF one_id IS NOT NULL THEN
+            ids := ARRAY[one_id];
+            duplicates := ARRAY[true];
+            RETURN;
+        END IF;
+        round := round + 1;
+        IF round = 5 THEN
+            RAISE EXCEPTION USING ERRCODE = '40001',
+                MESSAGE = 'pgwake: enqueue: unique keys kept changing state; gave up after 5 rounds';
+        END IF;
+    END LOOP;
     LOOP
-        -- Insert: ids taken from the jobs' sequence in input order, so rows
-        -- map back to their input and claim order follows input order. A
-        -- unique key held by an unfinished job inserts nothing for that input.
+        -- Ids come from the jobs' sequence in input order, so rows map back
+        -- to their input and claim order follows input order. Each job is
+        -- checked field by field in queue.NewJob's order. A unique key held
+        -- by an unfinished job inserts nothing for that input.
         WITH input AS MATERIALIZED (
             SELECT t.ord::integer AS ord, pg_catalog.nextval('{{schema}}.jobs_id_seq'::regclass) AS id,
                 coalesce(t.q, 'default') AS queue, t.k AS kind, coalesce(t.p, '{}'::jsonb) AS payload,
-                coalesce(t.pr, 0)::smallint AS priority,
+                coalesce(t.pr, 0) AS priority,
                 coalesce(t.ra, pg_catalog.now() + coalesce(t.d, interval '0')) AS run_after,
-                coalesce(t.ma, 5) AS max_attempts, nullif(t.uk, '') AS unique_key
+                coalesce(t.ma, 5) AS max_attempts, nullif(t.uk, '') AS unique_key,
+                {{schema}}.valid_job(t.ord, t.k, t.p, t.q, t.ra, t.d, t.pr, t.ma, t.uk, payload_limit) AS valid
             FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
                 pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
                 pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys))
                 WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, ord)
-            WHERE t.ord = ANY (todo)
+            WHERE todo IS NULL OR t.ord = ANY (todo)
             ORDER BY t.ord
         ), ins AS (
             INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key)
-            SELECT i.id, i.queue, i.kind, i.payload, i.priority, i.run_after, i.max_attempts, i.unique_key
-            FROM input i ORDER BY i.ord
+            SELECT i.id, i.queue, i.kind, i.payload, i.priority::smallint, i.run_after, i.max_attempts, i.unique_key
+            FROM input i WHERE i.valid ORDER BY i.ord
             ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
             RETURNING j.id, j.queue, j.kind, j.run_after
         ), ev AS (
@@ -152,31 +198,36 @@ BEGIN
             FROM ins x GROUP BY x.queue HAVING {{schema}}.wake_needed(x.queue)
         )
         SELECT pg_catalog.array_agg(i.ord ORDER BY i.ord) FILTER (WHERE x.id IS NULL),
-            (SELECT pg_catalog.count(*) FROM wake),
             pg_catalog.array_agg(i.ord ORDER BY i.ord) FILTER (WHERE x.id IS NOT NULL),
-            pg_catalog.array_agg(i.id ORDER BY i.ord) FILTER (WHERE x.id IS NOT NULL)
-        INTO missing, woke, todo, ids_inserted
+            pg_catalog.array_agg(i.id ORDER BY i.ord),
+            pg_catalog.array_agg(i.id ORDER BY i.ord) FILTER (WHERE x.id IS NOT NULL),
+            (SELECT pg_catalog.count(*) FROM wake)
+        INTO missing, inserted, all_ids, new_ids, woke
         FROM input i LEFT JOIN ins x ON x.id = i.id;
-        IF round = 0 AND missing IS NULL THEN
-            -- Everything inserted (the usual case).
-            RETURN QUERY SELECT u.o::integer, u.i, false FROM pg_catalog.unnest(ids_inserted) WITH ORDINALITY AS u(i, o);
-            RETURN;
+        IF round = 0 THEN
+            ids := all_ids;
+            duplicates := pg_catalog.array_fill(false, ARRAY[n]);
+            IF missing IS NULL THEN
+                RETURN; -- everything inserted: the usual case
+            END IF;
+        ELSE
+            -- A later round inserted only the inputs in todo.
+            FOR k IN 1 .. coalesce(pg_catalog.cardinality(inserted), 0) LOOP
+                ids[inserted[k]] := new_ids[k];
+            END LOOP;
+            EXIT WHEN missing IS NULL;
         END IF;
-        FOR r IN SELECT u.o, u.i FROM ROWS FROM (pg_catalog.unnest(todo), pg_catalog.unnest(ids_inserted)) AS u(o, i) LOOP
-            ids[r.o] := r.i;
-        END LOOP;
-        EXIT WHEN missing IS NULL;
         -- The inputs whose key is held: the holder's id. A holder that
         -- finished since the insert leaves its input for the next round.
         todo := NULL;
-        FOR r IN SELECT m.o, (SELECT j.id FROM {{schema}}.jobs j WHERE j.unique_key OPERATOR(pg_catalog.=) unique_keys[m.o]
+        FOR r IN SELECT m.o, (SELECT j.id FROM {{schema}}.jobs j WHERE j.unique_key = unique_keys[m.o]
                     AND j.state IN ('pending', 'running')) AS holder
                 FROM pg_catalog.unnest(missing) AS m(o) LOOP
             IF r.holder IS NULL THEN
                 todo := todo || r.o;
             ELSE
                 ids[r.o] := r.holder;
-                dups[r.o] := true;
+                duplicates[r.o] := true;
             END IF;
         END LOOP;
         EXIT WHEN todo IS NULL;
@@ -186,7 +237,6 @@ BEGIN
                 MESSAGE = 'pgwake: enqueue: unique keys kept changing state; gave up after 5 rounds';
         END IF;
     END LOOP;
-    RETURN QUERY SELECT u.o::integer, u.i, u.d FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(dups)) WITH ORDINALITY AS u(i, d, o);
 END
 $$;
 
@@ -203,10 +253,14 @@ CREATE FUNCTION {{schema}}.enqueue(
     max_attempts integer     DEFAULT 5,
     unique_key   text        DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT e.id FROM {{schema}}.enqueue_jobs(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], ARRAY[$6], ARRAY[$7], ARRAY[$8]) e
+BEGIN
+    -- plpgsql, not sql: its plans are cached for the session.
+    RETURN ({{schema}}.enqueue_jobs(ARRAY[kind], ARRAY[payload], ARRAY[queue], ARRAY[run_after], ARRAY[delay],
+        ARRAY[priority], ARRAY[max_attempts], ARRAY[unique_key])).ids[1];
+END
 $$;
 
 -- json_text, json_int, json_time and json_interval read key of job ord of
@@ -311,7 +365,7 @@ BEGIN
         END IF;
         PERFORM {{schema}}.invalid('PW008', bad.ord, bad.key, 'unknown key; use kind, payload, queue, run_after, delay, priority, max_attempts, unique_key');
     END IF;
-    SELECT pg_catalog.array_agg(r.id ORDER BY r.ord) INTO result_ids
+    SELECT r.ids INTO result_ids
     FROM {{schema}}.enqueue_jobs(
         ARRAY(SELECT {{schema}}.json_text(e.job, 'kind', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
         ARRAY(SELECT e.job -> 'payload' FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
@@ -321,7 +375,7 @@ BEGIN
         ARRAY(SELECT {{schema}}.json_int(e.job, 'priority', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
         ARRAY(SELECT {{schema}}.json_int(e.job, 'max_attempts', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
         ARRAY(SELECT {{schema}}.json_text(e.job, 'unique_key', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord)) r;
-    RETURN coalesce(result_ids, '{}');
+    RETURN result_ids;
 END
 $$;
 
@@ -376,6 +430,7 @@ $$;
 
 REVOKE EXECUTE ON FUNCTION
     {{schema}}.invalid(text, bigint, text, text),
+    {{schema}}.valid_job(bigint, text, jsonb, text, timestamptz, interval, integer, integer, text, integer),
     {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer),
     {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text),
     {{schema}}.json_text(jsonb, text, bigint),
