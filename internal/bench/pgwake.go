@@ -58,7 +58,6 @@ func (p *Pgwake) Name() string {
 // API.
 const SQLSystem = "pgwake-sql"
 
-
 // Config describes the configuration.
 func (p *Pgwake) Config() string {
 	s := "queue.Config defaults; Queues{bench: MaxWorkers=workers}; one no-op handler"
