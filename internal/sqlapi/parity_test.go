@@ -305,10 +305,19 @@ func TestEnqueueManyShape(t *testing.T) {
 	requireCode(t, err, "22P02") // invalid_text_representation
 	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', delay => $1::text::interval)`, `a while`)
 	requireCode(t, err, "22007") // invalid_datetime_format
+	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', run_after => 'infinity')`)
+	requireState(t, err, "PW005", "run_after", 0, "run_after infinity")
 	var ids []int64
 	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue_many")+`('[]')`).Scan(&ids))
 	require.Empty(t, ids)
 	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")))
+
+	// An empty unique key is no key: two jobs.
+	var a, b int64
+	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`('k', unique_key => '')`).Scan(&a))
+	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`('k', unique_key => '')`).Scan(&b))
+	require.NotEqual(t, a, b)
+	require.Equal(t, 2, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE unique_key IS NULL`))
 }
 
 // requireState checks a pgwake SQL API error: SQLSTATE, COLUMN, and the
