@@ -4,18 +4,19 @@
 -- queue, validation that writes nothing. enqueue_jobs is the one
 -- implementation: the Go client calls it too.
 --
--- Every function is SECURITY DEFINER (it runs as the owner of pgwake's
--- tables, so a producer needs EXECUTE and no table privilege) with its
--- search_path pinned to pg_catalog, pg_temp: no function, operator or table a
--- caller creates elsewhere is ever resolved here. EXECUTE is revoked from
--- PUBLIC; docs/grants.sql grants it.
+-- The API's functions (enqueue_jobs, enqueue, enqueue_many, cancel_jobs,
+-- cancel, retry) are SECURITY DEFINER: they run as the owner of pgwake's
+-- tables, so a producer needs EXECUTE and no table privilege. Every function
+-- here has its search_path pinned to pg_catalog, pg_temp: no function,
+-- operator or table a caller creates elsewhere is ever resolved in them.
+-- EXECUTE on all of them is revoked from PUBLIC; docs/grants.sql grants it.
 --
 -- Errors (SQLSTATE class PW, message "pgwake: job N: field: ...", the field
 -- also in the error's COLUMN):
 --   PW001 kind, PW002 queue, PW003 payload, PW004 priority,
 --   PW005 run_after / delay, PW006 max_attempts, PW007 unique_key,
 --   PW008 enqueue_many's argument (not an array of objects, unknown key, a
---   value of the wrong JSON type).
+--   value of the wrong JSON type) or enqueue_jobs' arrays of unequal length.
 -- {{wake_channel}} is the schema's NOTIFY channel as a literal.
 
 -- invalid raises one of the errors above (it never returns: boolean so that
