@@ -312,6 +312,16 @@ func TestEnqueueManyShape(t *testing.T) {
 	require.Empty(t, ids)
 	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")))
 
+	// NULL takes the default (kind has none).
+	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`(NULL)`)
+	requireState(t, err, "PW001", "kind", 0, "NULL kind")
+	var nullID int64
+	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`('k', NULL, NULL, NULL, NULL, NULL, NULL, NULL)`).Scan(&nullID))
+	require.Equal(t, 1, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE id = $1 AND queue = 'default' AND payload = '{}'
+		AND priority = 0 AND max_attempts = 5 AND unique_key IS NULL AND run_after = created_at`, nullID))
+	_, err = w.admin.Exec(ctx, `DELETE FROM `+w.table("jobs"))
+	require.NoError(t, err)
+
 	// An empty unique key is no key: two jobs.
 	var a, b int64
 	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`('k', unique_key => '')`).Scan(&a))
