@@ -305,6 +305,8 @@ func TestEnqueueManyShape(t *testing.T) {
 	requireCode(t, err, "22P02") // invalid_text_representation
 	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', delay => $1::text::interval)`, `a while`)
 	requireCode(t, err, "22007") // invalid_datetime_format
+	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue_jobs")+`(ARRAY['a', 'b'], queues => ARRAY['q'])`)
+	requireState(t, err, "PW008", "", -1, "enqueue_jobs with arrays of unequal length")
 	_, err = prod.Exec(ctx, `SELECT `+w.fn("enqueue")+`('k', run_after => 'infinity')`)
 	requireState(t, err, "PW005", "run_after", 0, "run_after infinity")
 	var ids []int64
