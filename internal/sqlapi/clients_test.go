@@ -119,8 +119,12 @@ var clients = []client{
 	{
 		name: "java",
 		missing: func() string {
-			if m := lookPath("java", "java (a JDK, Debian default-jdk-headless)"); m != "" {
-				return m
+			// Source-file mode compiles in memory: it needs a JDK, not
+			// just a runtime.
+			for _, bin := range []string{"java", "javac"} {
+				if m := lookPath(bin, "java (a JDK, Debian default-jdk-headless)"); m != "" {
+					return m
+				}
 			}
 			if _, err := os.Stat(jdbcJar); err != nil {
 				return "java: " + jdbcJar + " missing (Debian libpostgresql-jdbc-java); " + installHint
