@@ -15,6 +15,8 @@
 --   {{stream_role}}    the event stream (`pgwake events tail/forward`):
 --                      created LOGIN REPLICATION; see docs/security.md for
 --                      what REPLICATION lets it read
+--   {{sql_producer_role}} enqueues through the SQL API only (docs/sql.md):
+--                      EXECUTE on its enqueue functions, no table privilege
 -- No role is a superuser, owns anything or may run DDL. One role may take
 -- several parts (replace several placeholders by it); it then holds the union.
 --
@@ -73,3 +75,22 @@ GRANT SELECT, DELETE ON {{schema}}.attempts TO {{operator_role}};
 -- the stream role then only needs REPLICATION (given at CREATE ROLE) and:
 GRANT USAGE ON SCHEMA {{schema}} TO {{stream_role}};
 GRANT SELECT ON {{schema}}.events TO {{stream_role}};
+
+-- The SQL API (migration 0008, docs/sql.md). Its functions run as their
+-- owner (SECURITY DEFINER, search_path pinned). The Go client enqueues,
+-- cancels and retries through it. The SQL-only
+-- producer needs no table, sequence or other function privilege: it cannot
+-- read, cancel or retry jobs.
+GRANT USAGE ON SCHEMA {{schema}} TO {{sql_producer_role}};
+GRANT EXECUTE ON FUNCTION
+    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text),
+    {{schema}}.enqueue_many(jsonb),
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer)
+TO {{producer_role}}, {{worker_role}}, {{sql_producer_role}};
+-- Workers cancel through it too (CancelTx from a handler, the skipped jobs
+-- of a batch).
+GRANT EXECUTE ON FUNCTION
+    {{schema}}.cancel_jobs(bigint[]),
+    {{schema}}.cancel(bigint)
+TO {{worker_role}}, {{operator_role}};
+GRANT EXECUTE ON FUNCTION {{schema}}.retry(bigint) TO {{operator_role}};

@@ -93,9 +93,11 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
-// render substitutes the quoted schema into a migration's SQL.
+// render substitutes the quoted schema into a migration's SQL, and the
+// schema's NOTIFY channel (queue.WakeChannel) as a string literal for
+// {{wake_channel}}. The schema is validated: [a-z0-9_] needs no escaping.
 func render(sql, schema string) string {
-	return strings.ReplaceAll(sql, "{{schema}}", sqlident.Quote(schema))
+	return strings.NewReplacer("{{schema}}", sqlident.Quote(schema), "{{wake_channel}}", "'"+schema+"_wake'").Replace(sql)
 }
 
 // Up applies every pending migration to schema (DefaultSchema when empty),

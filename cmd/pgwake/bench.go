@@ -26,7 +26,9 @@ checks that each job was handled exactly once.
   delayed  --delayed-jobs jobs with run_after spread over --delayed-spread:
            lateness of handler start against run_after
   enqueue  --producers concurrent producers, one job per transaction, no
-           workers, against a plain one-row INSERT baseline in the same run
+           workers, against a plain one-row INSERT baseline in the same run;
+           run twice: pgwake (the Go client) and pgwake-sql (SELECT
+           <schema>.enqueue(...) through pgx, the SQL API of docs/sql.md)
   scale    drain of --scale-small vs --scale-large pending jobs, and of
            --scale-small with --scale-finished finished jobs in the table
   concurrent --concurrent-jobs jobs whose handlers each sleep
@@ -77,7 +79,9 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if u, err := env.resolveURL(); err == nil {
 		opts.DatabaseURL = u
 	}
-	_, err = bench.Run(ctx, opts, &bench.Pgwake{}, &bench.Pgwake{Leased: true})
+	// The enqueue mode also runs pgwake-sql: the same jobs through the SQL
+	// API's enqueue function (docs/sql.md).
+	_, err = bench.Run(ctx, opts, &bench.Pgwake{}, &bench.Pgwake{Leased: true}, &bench.Pgwake{SQL: true})
 	if errors.Is(err, bench.ErrInvalidOptions) {
 		return usagef("%v", err)
 	}

@@ -31,5 +31,6 @@ sed -e "s/{{schema}}/$schema/g" \
     -e 's/{{worker_role}}/pgwake_worker/g' \
     -e 's/{{operator_role}}/pgwake_operator/g' \
     -e 's/{{stream_role}}/pgwake_stream/g' \
+    -e 's/{{sql_producer_role}}/pgwake_producer/g' \
     "$grants" | psql -v ON_ERROR_STOP=1 -q
 echo "roles pgwake_producer, pgwake_worker, pgwake_operator, pgwake_stream granted on schema $schema"

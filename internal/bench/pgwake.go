@@ -29,6 +29,10 @@ type Pgwake struct {
 	// claim commits, handlers hold no connection. It takes part in the
 	// concurrent mode, which held mode cannot run on a small pool.
 	Leased bool
+	// SQL makes Enqueue call the SQL API (SELECT <schema>.enqueue(...)
+	// through pgx) instead of the Go client; the system then runs the
+	// enqueue mode only. Name defaults to "pgwake-sql".
+	SQL bool
 
 	env    *Env
 	schema string
@@ -43,7 +47,8 @@ const (
 	BenchKind  = "bench"
 )
 
-// Name returns Label, or "pgwake" ("pgwake-leased" when Leased).
+// Name returns Label, or "pgwake" ("pgwake-leased" when Leased, "pgwake-sql"
+// with SQL).
 func (p *Pgwake) Name() string {
 	switch {
 	case p.Label != "":
@@ -51,8 +56,15 @@ func (p *Pgwake) Name() string {
 	case p.Leased:
 		return "pgwake-leased"
 	}
+	if p.SQL {
+		return SQLSystem
+	}
 	return "pgwake"
 }
+
+// SQLSystem is the name of the Pgwake system that enqueues through the SQL
+// API.
+const SQLSystem = "pgwake-sql"
 
 // Config describes the configuration.
 func (p *Pgwake) Config() string {
@@ -60,16 +72,22 @@ func (p *Pgwake) Config() string {
 	if p.Leased {
 		s += "; LeasedKinds{bench}"
 	}
+	if p.SQL {
+		s = "SELECT <schema>.enqueue(kind, payload, queue => 'bench') through pgx, one job per transaction"
+	}
 	if p.Tune != nil {
 		s += "; tuned by the caller"
 	}
 	return s
 }
 
-// Supports: held mode every mode but concurrent, leased mode drain,
-// latency, idle, delayed and concurrent.
+// Supports: held mode every mode but concurrent; leased mode drain,
+// latency, idle, delayed and concurrent; SQL enqueue only.
 func (p *Pgwake) Supports(m Mode) bool {
-	if p.Leased {
+	switch {
+	case p.SQL:
+		return m == ModeEnqueue
+	case p.Leased:
 		// The enqueue and scale paths are the same in both modes.
 		return m != ModeEnqueue && m != ModeScale
 	}
@@ -143,8 +161,18 @@ func (p *Pgwake) InsertMany(ctx context.Context, jobs []Job) error {
 	return err
 }
 
-// Enqueue uses Enqueue (one statement, its own transaction).
+// Enqueue uses Enqueue (one statement, its own transaction), or with SQL
+// one SELECT of the SQL API's enqueue (also its own transaction).
 func (p *Pgwake) Enqueue(ctx context.Context, job Job) error {
+	if p.SQL {
+		var runAfter *time.Time
+		if !job.RunAt.IsZero() {
+			runAfter = &job.RunAt
+		}
+		_, err := p.env.Pool.Exec(ctx, `SELECT `+sqlident.Quote(p.schema, "enqueue")+`($1::text, $2::jsonb, queue => $3::text, run_after => $4::timestamptz)`,
+			BenchKind, string(EncodePayload(job)), BenchQueue, runAfter)
+		return err
+	}
 	_, err := p.client.Enqueue(ctx, newJob(job))
 	return err
 }

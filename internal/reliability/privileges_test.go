@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
@@ -50,13 +51,14 @@ func (w *world) newRole(prefix, attrs string) (string, string) {
 
 // applyGrants runs docs/grants.sql for the schema and roles (one role may
 // take several parts).
-func (w *world) applyGrants(producer, worker, operator, stream string) {
+func (w *world) applyGrants(producer, worker, operator, stream, sqlProducer string) {
 	w.t.Helper()
 	b, err := os.ReadFile(grantsFile)
 	require.NoError(w.t, err)
 	sql := strings.NewReplacer("{{schema}}", sqlident.Quote(w.schema),
 		"{{producer_role}}", sqlident.Quote(producer), "{{worker_role}}", sqlident.Quote(worker),
-		"{{operator_role}}", sqlident.Quote(operator), "{{stream_role}}", sqlident.Quote(stream)).Replace(string(b))
+		"{{operator_role}}", sqlident.Quote(operator), "{{stream_role}}", sqlident.Quote(stream),
+		"{{sql_producer_role}}", sqlident.Quote(sqlProducer)).Replace(string(b))
 	require.NotContains(w.t, sql, "{{", "a placeholder of docs/grants.sql the test does not know")
 	_, err = w.admin.Exec(context.Background(), sql)
 	require.NoError(w.t, err)
@@ -81,7 +83,7 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	producer, producerURL := w.newRole("pgwake_producer", "")
 	worker, workerURL := w.newRole("pgwake_worker", "")
 	operator, operatorURL := w.newRole("pgwake_operator", "")
-	w.applyGrants(producer, worker, operator, operator)
+	w.applyGrants(producer, worker, operator, operator, producer)
 	// The application's own table, written by the handler.
 	_, err := w.admin.Exec(ctx, `GRANT INSERT ON `+w.table(effectsTable)+` TO `+sqlident.Quote(worker))
 	require.NoError(t, err)
@@ -181,6 +183,64 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	}
 }
 
+// TestLeastPrivilegeProducer enqueues as a role that has only the
+// producer grants of docs/grants.sql (USAGE on the schema, EXECUTE on the
+// SQL API's enqueue functions): SQL enqueue and enqueue_many, and the Go
+// client (which calls the same function), work, in a transaction too; a
+// worker runs the jobs; every table, the sequence, cancel and retry are
+// refused.
+func TestLeastPrivilegeProducer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	app, _ := w.newRole("pgwake_app", "")
+	producer, producerURL := w.newRole("pgwake_producer", "")
+	w.applyGrants(app, app, app, app, producer)
+	pool := w.poolOn(producerURL, "pgwake_producer", 4)
+	fn := func(name string) string { return w.table(name) }
+
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT `+fn("enqueue")+`($1, $2::jsonb, queue => 'default')`, jobKind, `{"mode": "ok"}`).Scan(&id))
+	var ids []int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT `+fn("enqueue_many")+`($1::jsonb)`,
+		`[{"kind": "`+jobKind+`", "payload": {"mode": "ok"}}, {"kind": "`+jobKind+`", "payload": {"mode": "ok"}, "unique_key": "p1"}]`).Scan(&ids))
+	require.Len(t, ids, 2)
+	c, err := queue.New(pool, queue.Config{Schema: w.schema})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := c.EnqueueTx(ctx, tx, queue.NewJob{Kind: jobKind, Payload: map[string]any{"mode": modeOK}, UniqueKey: "p2"})
+		return err
+	}))
+	dup, err := c.Enqueue(ctx, queue.NewJob{Kind: jobKind, UniqueKey: "p1"})
+	require.NoError(t, err)
+	require.Equal(t, queue.EnqueueResult{ID: ids[1], Duplicate: true}, dup)
+	require.Equal(t, 4, w.count(`SELECT count(*) FROM `+w.table("events")+` WHERE type = 'enqueued'`))
+
+	for _, sql := range []string{
+		`SELECT count(*) FROM ` + w.table("jobs"),
+		`INSERT INTO ` + w.table("jobs") + ` (queue, kind) VALUES ('default', 'k')`,
+		`UPDATE ` + w.table("jobs") + ` SET priority = 1`,
+		`INSERT INTO ` + w.table("events") + ` (job_id, type, queue, kind, attempt) VALUES (1, 'x', 'q', 'k', 0)`,
+		`SELECT count(*) FROM ` + w.table("waiters"),
+		`SELECT salt FROM ` + w.table("wake_salt"),
+		`SELECT nextval('` + w.table("jobs_id_seq") + `')`,
+		`SELECT ` + fn("cancel") + `(1)`,
+		`SELECT ` + fn("cancel_jobs") + `(ARRAY[1::bigint])`,
+		`SELECT ` + fn("retry") + `(1)`,
+		`SELECT ` + fn("wake_lock_key") + `('default')`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		requireDenied(t, err, sql)
+	}
+
+	worker, err := queue.New(w.pool("pgwake_worker", 10), workerConfig(w.schema, 200*time.Millisecond, 0))
+	require.NoError(t, err)
+	stop := pgtest.RunInBackground(t, "worker", worker.Run)
+	defer stop()
+	w.waitAllFinal(4, time.Minute)
+	require.Equal(t, 4, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE state = 'succeeded'`))
+}
+
 // TestLeastPrivilegeEventStream streams the event log as a role with
 // REPLICATION and the stream grants of docs/grants.sql only; the
 // publication was created by the owner.
@@ -195,7 +255,7 @@ func TestLeastPrivilegeEventStream(t *testing.T) {
 	require.Equal(t, "logical", level)
 	app, appURL := w.newRole("pgwake_app", "")
 	stream, streamURL := w.newRole("pgwake_stream", "REPLICATION")
-	w.applyGrants(app, app, app, stream)
+	w.applyGrants(app, app, app, stream, app)
 	pubName, slot := w.schema+"_pub", w.schema+"_slot"
 	require.NoError(t, events.EnsurePublication(ctx, w.admin, w.schema, pubName))
 	t.Cleanup(func() {
@@ -279,7 +339,7 @@ func TestRolesHoldOnlyWhatTheyNeed(t *testing.T) {
 	worker, workerURL := w.newRole("pgwake_worker", "")
 	operator, operatorURL := w.newRole("pgwake_operator", "")
 	stream, _ := w.newRole("pgwake_stream", "")
-	w.applyGrants(producer, worker, operator, stream)
+	w.applyGrants(producer, worker, operator, stream, producer)
 	producerPool := w.poolOn(producerURL, appProducer, 2)
 	workerPool := w.poolOn(workerURL, appWorker, 2)
 	operatorPool := w.poolOn(operatorURL, "pgwake_operator", 2)
