@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/backoff"
 )
 
 // AsyncPublisher is a Publisher that can send without waiting for the
@@ -224,7 +226,7 @@ func (s *Stream) publishFailed(r *run, err error) {
 // PublishAttempts failed attempts the messages go one by one, and one that
 // its topic refuses goes to the dead-letter topic.
 func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
-	backoff := s.cfg.MinBackoff
+	wait := s.cfg.MinBackoff
 	attempts := 0
 	if failed {
 		attempts = 1
@@ -232,11 +234,11 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
 	for {
 		if failed {
 			select {
-			case <-time.After(jitter(backoff)):
+			case <-time.After(backoff.Jitter(wait)):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			backoff = min(backoff*2, s.cfg.MaxBackoff)
+			wait = min(wait*2, s.cfg.MaxBackoff)
 		}
 		if s.cfg.DeadLetterTopic != "" && attempts >= s.cfg.PublishAttempts {
 			if s.publishEach(r) {

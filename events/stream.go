@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/backoff"
 	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
@@ -165,7 +165,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopLag()
 
-	backoff := s.cfg.MinBackoff
+	delay := s.cfg.MinBackoff
 	for {
 		var err error
 		var streamedAt time.Time
@@ -184,30 +184,23 @@ func (s *Stream) Run(ctx context.Context) error {
 		// Only a session that streamed for a while resets the backoff: one
 		// that fails right after connecting keeps backing off.
 		if !streamedAt.IsZero() && time.Since(streamedAt) >= s.stableAfter() {
-			backoff = s.cfg.MinBackoff
+			delay = s.cfg.MinBackoff
 		}
 		s.m.reconnects.Inc()
-		wait := jitter(backoff)
+		wait := backoff.Jitter(delay)
 		s.log.Warn("replication stream interrupted; reconnecting", zap.String("slot", s.cfg.Slot), zap.Duration("backoff", wait), zap.Error(err))
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil
 		}
-		backoff = min(backoff*2, s.cfg.MaxBackoff)
+		delay = min(delay*2, s.cfg.MaxBackoff)
 	}
 }
 
 // stableAfter is how long a session must stream before a failure starts
 // the backoff over at MinBackoff: MaxBackoff, at least one second.
 func (s *Stream) stableAfter() time.Duration { return max(s.cfg.MaxBackoff, time.Second) }
-
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return d/2 + rand.N(d/2+1)
-}
 
 // prepare checks the server and makes sure the publication exists.
 func (s *Stream) prepare(ctx context.Context) error {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgwake/pgwake/internal/backoff"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -195,7 +195,7 @@ func (l *Listener) poke() {
 // Run connects and delivers notifications until ctx is done. It returns nil
 // after ctx is cancelled; connection failures are retried, not returned.
 func (l *Listener) Run(ctx context.Context) error {
-	backoff := l.cfg.MinBackoff
+	wait := backoff.Backoff{Min: l.cfg.MinBackoff, Max: l.cfg.MaxBackoff}
 	first := true
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, l.cfg.ConnConfig)
@@ -205,7 +205,7 @@ func (l *Listener) Run(ctx context.Context) error {
 			}
 			l.log.Info("listener connected", zap.Bool("reconnect", !first))
 			first = false
-			backoff = l.cfg.MinBackoff
+			wait.Reset()
 			err = l.serve(ctx, conn)
 			l.setConnected(false)
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -215,18 +215,13 @@ func (l *Listener) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		l.log.Warn("listener connection lost, reconnecting", zap.Error(err), zap.Duration("backoff", backoff))
-		// Full jitter between backoff/2 and backoff.
-		d := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		d := wait.Next()
+		l.log.Warn("listener connection lost, reconnecting", zap.Error(err), zap.Duration("backoff", d))
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 		case <-t.C:
-		}
-		backoff *= 2
-		if backoff > l.cfg.MaxBackoff {
-			backoff = l.cfg.MaxBackoff
 		}
 	}
 	return nil

@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/backoff"
 )
 
-// Claim error backoff of a dispatcher: doubling from the first to the last.
+// Claim error backoff of a dispatcher: doubling from the first to the last,
+// jittered.
 const (
 	claimBackoffFirst = 100 * time.Millisecond
 	claimBackoffLast  = 5 * time.Second
@@ -78,12 +81,12 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 
 // loopState is what the dispatcher carries from one turn to the next.
 type loopState struct {
-	source     string    // why the next look happens
-	nextAt     time.Time // earliest future run_after known
-	errBackoff time.Duration
-	waiter     int          // waiter state as last written
-	cursor     *claimCursor // where the last claim ended, while a backlog lasts
-	sinceHead  int          // claims in a row that started at the cursor
+	source     string          // why the next look happens
+	nextAt     time.Time       // earliest future run_after known
+	errBackoff backoff.Backoff // claim errors
+	waiter     int             // waiter state as last written
+	cursor     *claimCursor    // where the last claim ended, while a backlog lasts
+	sinceHead  int             // claims in a row that started at the cursor
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -91,7 +94,7 @@ type loopState struct {
 // sleep until a wake-up, the earliest known delayed job, or the poll
 // interval.
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
-	s := &loopState{source: sourceStart, errBackoff: claimBackoffFirst, waiter: waiterUnknown}
+	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown}
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,7 +109,7 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			}
 			continue
 		}
-		s.errBackoff = claimBackoffFirst
+		s.errBackoff.Reset()
 		if b != nil {
 			l.start(ctx, hardCtx, s, b)
 			continue
@@ -174,14 +177,11 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 // backOff logs a claim error and sleeps the growing claim backoff; false
 // means ctx is done.
 func (l *queueLoop) backOff(ctx context.Context, s *loopState, err error) bool {
-	l.log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", s.errBackoff))
-	l.c.metrics.claimErrors.WithLabelValues(l.queue).Inc()
+	wait := s.errBackoff.Next()
+	l.log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", wait))
+	l.c.metrics.claimErrors.WithLabelValues(l.c.metrics.labels.queue(l.queue)).Inc()
 	s.waiter = waiterUnknown
-	if !sleep(ctx, s.errBackoff) {
-		return false
-	}
-	s.errBackoff = min(s.errBackoff*2, claimBackoffLast)
-	return true
+	return sleep(ctx, wait)
 }
 
 // start hands a claimed batch to an executor goroutine that holds the slot

@@ -4,18 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgwake/pgwake/internal/backoff"
 )
 
 // DefaultBackoff is 30s * 2^(attempt-1), capped at 24h: 30s, 1m, 2m, 4m, ...
 func DefaultBackoff(attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt > 12 {
-		return 24 * time.Hour
-	}
-	d := 30 * time.Second << (attempt - 1)
-	return min(d, 24*time.Hour)
+	return backoff.Exponential(attempt, 30*time.Second, 24*time.Hour)
 }
 
 // RetryPolicy returns the delay before a failed attempt of j (j.Attempt is
