@@ -31,6 +31,8 @@ type queueLoop struct {
 	avgNanos atomic.Int64
 
 	handlers sync.WaitGroup
+
+	pause pauseState // pause.go
 }
 
 func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
@@ -91,6 +93,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		case <-ctx.Done():
 			return
 		case l.slots <- struct{}{}:
+		}
+		if l.pause.isPaused() {
+			<-l.slots
+			if !l.waitWhilePaused(ctx, s) {
+				return
+			}
+			continue
 		}
 		b, next, err := l.claimNext(ctx, s)
 		if err != nil {

@@ -142,6 +142,9 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 		return nil, fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
 	}
 	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
+	if err := c.loadPaused(ctx); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -178,6 +181,7 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
 	r.bg.Go(func() { c.heartbeat(lctx) })
 	r.bg.Go(func() { c.cleaner(lctx) })
+	r.bg.Go(func() { c.pausePoll(lctx) })
 	// Until the handlers are done, not only until ctx: running leased jobs
 	// keep their leases through the shutdown deadline.
 	leaseCtx, leaseStop := context.WithCancel(context.WithoutCancel(ctx))
