@@ -106,7 +106,7 @@ type runner struct {
 // startup checks that the client can run and starts the listener; on error
 // nothing is left running.
 func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
-	if len(c.loops) == 0 {
+	if len(c.loops) == 0 && len(c.cfg.Periodic) == 0 {
 		return nil, ErrNoQueues
 	}
 	if !c.running.CompareAndSwap(false, true) {
@@ -194,6 +194,7 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	for _, l := range c.loops {
 		loops.Go(func() { l.dispatch(ctx, r.hardCtx) })
 	}
+	loops.Go(func() { c.runPeriodic(ctx) })
 	loops.Wait() // dispatchers return when ctx is done
 
 	// Let running handlers finish, up to the deadline.
