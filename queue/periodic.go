@@ -95,7 +95,7 @@ func parseSchedule(spec string) (schedule, error) {
 	if spec == "" {
 		return nil, fmt.Errorf("%w: empty spec", ErrInvalidPeriodic)
 	}
-	s, err := cronParser.Parse(spec)
+	s, err := parseCron(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec %q: %v", ErrInvalidPeriodic, spec, err)
 	}
@@ -104,6 +104,17 @@ func parseSchedule(spec string) (schedule, error) {
 		return nil, fmt.Errorf("%w: spec %q: no slot in the next five years", ErrInvalidPeriodic, spec)
 	}
 	return cs, nil
+}
+
+// parseCron is the cron parser, which panics on some inputs ("CRON_TZ="
+// and nothing more, found by FuzzPeriodicFlag): a panic is an error.
+func parseCron(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot parse: %v", r)
+		}
+	}()
+	return cronParser.Parse(spec)
 }
 
 // ParseSpec checks a PeriodicJob.Spec; the error wraps ErrInvalidPeriodic.
