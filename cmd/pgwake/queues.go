@@ -54,12 +54,12 @@ func runQueues(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("expected an action: list, pause or resume")
 	}
 	action, rest := args[0], args[1:]
-	if action == "-h" || action == "--help" || action == "-help" {
-		env.printHelp(env.flags())
-		return errHelp
-	}
 	fs := env.flags()
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (list)")
+	if action == "-h" || action == "--help" || action == "-help" {
+		env.printHelp(fs)
+		return errHelp
+	}
 	if err := env.parse(fs, rest); err != nil {
 		return err
 	}
@@ -141,15 +141,15 @@ func runPeriodic(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("expected an action: list")
 	}
 	action, rest := args[0], args[1:]
+	fs := env.flags()
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if action == "-h" || action == "--help" || action == "-help" {
-		env.printHelp(env.flags())
+		env.printHelp(fs)
 		return errHelp
 	}
 	if action != "list" {
 		return usagef("unknown action %q: use list", action)
 	}
-	fs := env.flags()
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := env.parseNoArgs(fs, rest); err != nil {
 		return err
 	}
