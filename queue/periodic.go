@@ -48,7 +48,8 @@ type PeriodicJob struct {
 // MinPeriodicInterval is the shortest "@every" interval.
 const MinPeriodicInterval = 50 * time.Millisecond
 
-// periodicLead is how long before its slot a periodic job is enqueued.
+// periodicLead is how long before its slot a periodic job is enqueued (for
+// a short interval, every slot within it).
 const periodicLead = time.Second
 
 // periodicRetry is how long a schedule waits after a failed tick.
@@ -56,6 +57,9 @@ const periodicRetry = time.Second
 
 // maxMissedSteps bounds the walk over missed cron slots.
 const maxMissedSteps = 1 << 20
+
+// maxAhead caps the slots one tick enqueues ahead.
+const maxAhead = 64
 
 // ErrInvalidPeriodic is wrapped by the error for a Config.Periodic entry
 // New rejects.
@@ -267,8 +271,8 @@ func (c *Client) runPeriodic(ctx context.Context) {
 }
 
 // tickPeriodic enqueues what schedule r needs now: the latest missed slot
-// (unless SkipMissed) and the next slot once it is within periodicLead. It
-// returns how long to wait before the next tick.
+// (unless SkipMissed) and the slots within periodicLead. It returns how
+// long to wait before the next tick.
 func (c *Client) tickPeriodic(ctx context.Context, r *periodicRun) (time.Duration, error) {
 	for {
 		var last *time.Time
@@ -323,24 +327,21 @@ type slotPlan struct {
 }
 
 // planSlots decides a tick from the row's last slot (nil: a new schedule,
-// nothing missed) and the database's clock.
+// nothing missed) and the database's clock. Every slot up to periodicLead
+// ahead is enqueued (at most maxAhead per tick), so a client late by less
+// than periodicLead misses nothing; a slot is missed only when no client
+// enqueued it before its time (all stopped, or stalled that long).
 func planSlots(s schedule, last *time.Time, now time.Time, skipMissed bool) slotPlan {
 	var p slotPlan
-	var upcoming time.Time
-	switch {
-	case last == nil:
-		upcoming = s.next(now)
-	case last.After(now):
-		// The next slot is enqueued and not due yet.
-		return slotPlan{wait: last.Sub(now)}
-	default:
-		upcoming = s.next(*last)
-		if !upcoming.After(now) {
+	cursor := now
+	if last != nil {
+		cursor = *last
+		if first := s.next(cursor); !first.IsZero() && !first.After(now) {
 			// Slots passed with no job: take the latest of them.
-			missed, n := upcoming, 1
+			missed, n := first, 1
 			if e, ok := s.(everySchedule); ok {
 				missed = now.Truncate(e.d)
-				n = int(missed.Sub(*last) / e.d)
+				n = int(missed.Sub(cursor) / e.d)
 			} else {
 				for ; n < maxMissedSteps; n++ {
 					nx := s.next(missed)
@@ -356,20 +357,20 @@ func planSlots(s schedule, last *time.Time, now time.Time, skipMissed bool) slot
 				p.enqueue = append(p.enqueue, missed)
 				p.skipped = n - 1
 			}
-			p.newLast = missed
-			upcoming = s.next(missed)
+			p.newLast, cursor = missed, missed
 		}
 	}
-	if upcoming.IsZero() {
-		// No slot left (a cron date past its last year): look again later.
-		p.wait = time.Hour
-		return p
+	horizon := now.Add(periodicLead)
+	for slot := s.next(cursor); !slot.IsZero() && !slot.After(horizon) && len(p.enqueue) < maxAhead; slot = s.next(slot) {
+		p.enqueue = append(p.enqueue, slot)
+		p.newLast = slot
 	}
-	if upcoming.Sub(now) <= periodicLead {
-		p.enqueue = append(p.enqueue, upcoming)
-		p.newLast = upcoming
-	} else if p.newLast.IsZero() {
-		p.wait = upcoming.Sub(now) - periodicLead
+	if p.newLast.IsZero() {
+		if next := s.next(cursor); next.IsZero() {
+			p.wait = time.Hour // no slot left (a cron date past its last year): look again later
+		} else {
+			p.wait = next.Sub(horizon)
+		}
 	}
 	return p
 }
