@@ -135,7 +135,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	// Not on every claim: the heartbeat (wakeForLost) sends a released
 	// wake-up when old attempt records exist.
 	switch s.source {
-	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered:
+	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered, sourceResumed:
 		b, err := l.c.claimRecovered(ctx, l.queue)
 		if err != nil || b != nil {
 			if b != nil {
