@@ -13,13 +13,18 @@
 #   jobs+event    the job and its 'enqueued' event, no wake-up check
 #   +trylock      the same plus a bare pg_try_advisory_xact_lock_shared per
 #                 queue: the least any lock-based wake-up check could cost
-#   pgwake        the statement Enqueue sends (queue/client.go, enqueueOne),
-#                 with wake_needed(); no worker is waiting, so no NOTIFY
+#   inline        the job, its event and wake_needed() as one statement, the
+#                 way Enqueue sent it before the SQL API (no worker is
+#                 waiting, so no NOTIFY): the floor of the function below
+#   go            what Enqueue sends now: SELECT ... FROM enqueue_jobs(...)
+#                 with one-element arrays (migration 0008, docs/sql.md)
+#   sql           the SQL API as other clients call it:
+#                 SELECT enqueue('bench', '{"seq":1}', queue => 'bench')
 #   pipelined     (only with VARIANTS=...) an alternative to wake_needed():
 #                 the shared lock as a pipelined statement of its own, then
 #                 the enqueue with the waiters check inline, no plpgsql
 #
-# The statements mirror queue/client.go; change them together.
+# go mirrors queue/store.go's enqueue statement; change them together.
 #
 # Usage: bench/enqueue-floor.sh [rounds] [seconds per run]
 #        VARIANTS="base pgwake pipelined" bench/enqueue-floor.sh
@@ -103,7 +108,9 @@ echo "INSERT INTO ${S}_base.jobs (queue, kind, payload) VALUES ('bench', 'bench'
 echo "INSERT INTO $S.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"seq\":1}');" >"$WORK/jobs.sql"
 { head; echo ")"; echo "SELECT id, unique_key FROM ins;"; } >"$WORK/jobs+event.sql"
 wake "NOT pg_try_advisory_xact_lock_shared(hashtextextended('\"$S\".' || queue, 0))" >"$WORK/+trylock.sql"
-wake "$S.wake_needed(queue)" >"$WORK/pgwake.sql"
+wake "$S.wake_needed(queue)" >"$WORK/inline.sql"
+echo "SELECT e.ids, e.duplicates FROM $S.enqueue_jobs(ARRAY['bench']::text[], ARRAY['{\"seq\":1}']::jsonb[], ARRAY['bench']::text[], ARRAY[NULL]::timestamptz[], ARRAY['0']::interval[], ARRAY[0]::integer[], ARRAY[5]::integer[], ARRAY[NULL]::text[], NULL::integer) e;" >"$WORK/go.sql"
+echo "SELECT $S.enqueue('bench', '{\"seq\":1}', queue => 'bench');" >"$WORK/sql.sql"
 {
 	printf '%s\n' '\startpipeline'
 	echo "SELECT pg_advisory_xact_lock_shared(hashtextextended('\"$S\".bench', 0));"
@@ -111,7 +118,7 @@ wake "$S.wake_needed(queue)" >"$WORK/pgwake.sql"
 	printf '%s\n' '\endpipeline'
 } >"$WORK/pipelined.sql"
 
-VARIANTS=${VARIANTS:-"base jobs jobs+event +trylock pgwake"}
+VARIANTS=${VARIANTS:-"base jobs jobs+event +trylock inline go sql"}
 echo "pgbench: $CLIENTS clients, $SECS s per run, $ROUNDS rounds; $(psql -qAt "$DATABASE_URL" -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', fsync=' || current_setting('fsync')")"
 for r in $(seq "$ROUNDS"); do
 	for v in $VARIANTS; do

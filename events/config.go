@@ -27,8 +27,9 @@ type Config struct {
 	Slot string
 	// TemporarySlot makes the slot temporary: dropped by the server when the
 	// connection ends. After a reconnect a new slot starts at the current
-	// WAL position, so events committed meanwhile are not streamed. For
-	// tailing, not for forwarding. Default false.
+	// WAL position, so events committed meanwhile are not streamed (pgwake
+	// events tail uses a persistent slot it drops on exit instead). Default
+	// false.
 	TemporarySlot bool
 	// Publication is the publication on <schema>.events (inserts only). It is
 	// created if it does not exist, which needs ownership of the table.
@@ -38,6 +39,16 @@ type Config struct {
 	Publisher message.Publisher
 	// Topic names the topic of an event. Default SingleTopic("pgwake.events").
 	Topic TopicFunc
+	// DeadLetterTopic, when set, receives an event its own topic refused
+	// PublishAttempts times in a row while the dead-letter topic accepts
+	// it (logged with its id, counted in pgwake_events_dead_lettered_total),
+	// so one event cannot hold the stream for ever. When the dead-letter
+	// topic refuses too (the broker is down), publishing is retried as
+	// without one. Default "": every publish is retried until it succeeds.
+	DeadLetterTopic string
+	// PublishAttempts is how many failed attempts of a publish precede the
+	// dead-letter topic. Default 5.
+	PublishAttempts int
 	// ReplConnConfig is the replication connection's config. Default: the
 	// pool's connection config with replication=database. Its user needs
 	// the REPLICATION attribute (or superuser).
@@ -52,9 +63,13 @@ type Config struct {
 	// last). Default 1000.
 	MaxBatch int
 	// MinBackoff and MaxBackoff bound the exponential backoff (with jitter)
-	// between reconnects and between publish retries. Defaults 100ms, 10s.
+	// between reconnects and between publish retries. A session that
+	// streamed for MaxBackoff (at least 1s) starts the reconnect backoff
+	// over; one that fails sooner keeps doubling it. Defaults 100ms, 10s.
 	MinBackoff, MaxBackoff time.Duration
-	// LagInterval is how often the slot's lag is measured. Default 10s.
+	// LagInterval is how often the slot's lag is checked against
+	// LagWarnBytes and LagWarnAge; the lag gauges are measured when
+	// scraped. Default 10s.
 	LagInterval time.Duration
 	// LagWarnBytes logs a warning when the slot retains more WAL than this.
 	// Default 1 GiB; negative disables.
@@ -90,6 +105,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 1000
 	}
+	if c.PublishAttempts == 0 {
+		c.PublishAttempts = 5
+	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = 100 * time.Millisecond
 	}
@@ -124,7 +142,7 @@ func (c Config) validate() error {
 	if c.Publisher == nil {
 		return fmt.Errorf("%w: Publisher is nil", ErrInvalidConfig)
 	}
-	if c.StatusInterval < 0 || c.MaxBatch < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.LagInterval < 0 {
+	if c.StatusInterval < 0 || c.MaxBatch < 0 || c.PublishAttempts < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.LagInterval < 0 {
 		return fmt.Errorf("%w: negative interval, batch or backoff (or MaxBackoff < MinBackoff)", ErrInvalidConfig)
 	}
 	return nil
@@ -150,13 +168,64 @@ type TopicFunc func(Event) string
 // SingleTopic publishes every event to one topic.
 func SingleTopic(topic string) TopicFunc { return func(Event) string { return topic } }
 
-// TopicPerType publishes to prefix + "." + event type, e.g.
+// TopicPerType publishes to prefix + "." + SubjectSafe(event type), e.g.
 // "pgwake.events.succeeded".
 func TopicPerType(prefix string) TopicFunc {
-	return func(e Event) string { return prefix + "." + e.Type }
+	return func(e Event) string { return prefix + "." + SubjectSafe(e.Type) }
 }
 
-// TopicPerQueue publishes to prefix + "." + queue, e.g. "pgwake.events.emails".
+// TopicPerQueue publishes to prefix + "." + SubjectSafe(queue), e.g.
+// "pgwake.events.emails"; the queue "a..b" goes to "pgwake.events.a%2E%2Eb".
 func TopicPerQueue(prefix string) TopicFunc {
-	return func(e Event) string { return prefix + "." + e.Queue }
+	return func(e Event) string { return prefix + "." + SubjectSafe(e.Queue) }
+}
+
+// SubjectSafe maps a name to a valid NATS subject tail (and a plain
+// RabbitMQ exchange name part). A name of ASCII letters, digits, '_' and
+// '-' in non-empty dot-separated tokens is returned as it is ("emails",
+// "billing.eu"); any other name becomes one token with every other byte,
+// dots included, written as %XX ("a..b" -> "a%2E%2Eb", "" -> "%00"). Two
+// different names never map to the same string.
+func SubjectSafe(name string) string {
+	if subjectClean(name) {
+		return name
+	}
+	if name == "" {
+		return "%00"
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(name)+8)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if subjectByte(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+func subjectByte(c byte) bool {
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'
+}
+
+// subjectClean reports whether name is non-empty dot-separated tokens of
+// subjectByte bytes.
+func subjectClean(name string) bool {
+	token := 0
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '.':
+			if token == 0 {
+				return false
+			}
+			token = 0
+		case subjectByte(c):
+			token++
+		default:
+			return false
+		}
+	}
+	return token > 0
 }

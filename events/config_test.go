@@ -57,7 +57,7 @@ func TestWalLevelNotLogicalSaysHowToFix(t *testing.T) {
 func role(t *testing.T, e *env, attrs string) *pgxpool.Pool {
 	name := e.Schema + "_r"
 	ctx := context.Background()
-	_, err := e.Pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(name)+` LOGIN `+attrs)
+	_, err := e.Pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(name)+` LOGIN PASSWORD 'rolepw' `+attrs)
 	require.NoError(t, err)
 	_, err = e.Pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+sqlident.Quote(e.Schema)+` TO `+sqlident.Quote(name))
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func role(t *testing.T, e *env, attrs string) *pgxpool.Pool {
 		_, _ = e.Pool.Exec(context.Background(), `DROP OWNED BY `+sqlident.Quote(name))
 		_, _ = e.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+sqlident.Quote(name))
 	})
-	return pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.User = name })
+	return pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = name, "rolepw" })
 }
 
 func TestMissingReplicationPrivilege(t *testing.T) {
@@ -106,4 +106,16 @@ func TestSlotOfAnotherPluginIsRefused(t *testing.T) {
 	err = s.Run(context.Background())
 	require.ErrorIs(t, err, events.ErrSlot)
 	require.Contains(t, err.Error(), "test_decoding")
+}
+
+func TestSubjectSafe(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"emails": "emails", "billing.eu": "billing.eu", "a-b_c9": "a-b_c9",
+		"a..b": "a%2E%2Eb", "a.": "a%2E", ".a": "%2Ea", "": "%00",
+		"a b": "a%20b", "*": "%2A", ">": "%3E", "a%2E": "a%252E", "é": "%C3%A9",
+	} {
+		require.Equal(t, want, events.SubjectSafe(in), "SubjectSafe(%q)", in)
+	}
+	require.Equal(t, "pgwake.events.a%2E%2Eb", events.TopicPerQueue("pgwake.events")(events.Event{Queue: "a..b"}))
 }

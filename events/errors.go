@@ -26,19 +26,23 @@ var ErrSlot = errors.New("replication slot unusable")
 // ErrNotMigrated is returned when <schema>.events does not exist.
 var ErrNotMigrated = errors.New("events table missing: run the migrations first")
 
-// fatal marks errors a reconnect cannot fix; Run returns them.
-type fatal struct{ err error }
+// PermanentError is a problem a reconnect cannot fix (wal_level, a missing
+// REPLICATION privilege, schema or publication, an unusable slot): Run
+// returns it instead of retrying. Err wraps one of the sentinels above;
+// its text states the cause and how to fix it.
+type PermanentError struct{ Err error }
 
-func (f fatal) Error() string { return f.err.Error() }
-func (f fatal) Unwrap() error { return f.err }
+func (p PermanentError) Error() string { return p.Err.Error() }
+func (p PermanentError) Unwrap() error { return p.Err }
 
-func isFatal(err error) bool {
-	var f fatal
-	return errors.As(err, &f)
+// IsPermanent reports whether err is (or wraps) a PermanentError.
+func IsPermanent(err error) bool {
+	var p PermanentError
+	return errors.As(err, &p)
 }
 
 func walLevelError(level string) error {
-	return fatal{fmt.Errorf("%w: the server has wal_level = %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL (also check max_replication_slots and max_wal_senders > 0)", ErrWalLevel, level)}
+	return PermanentError{fmt.Errorf("%w: the server has wal_level = %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL (also check max_replication_slots and max_wal_senders > 0)", ErrWalLevel, level)}
 }
 
 // classify turns known server errors into the package's typed errors.
@@ -49,9 +53,14 @@ func classify(err error, user string) error {
 	}
 	switch {
 	case pgErr.Code == "42501" && (strings.Contains(pgErr.Message, "replication") || strings.Contains(pgErr.Message, "walsender")):
-		return fatal{fmt.Errorf("%w: role %q: %s; grant it with ALTER ROLE %s REPLICATION (as a superuser): %w", ErrNoReplicationPrivilege, user, pgErr.Message, user, err)}
+		return PermanentError{fmt.Errorf("%w: role %q: %s; grant it with ALTER ROLE %s REPLICATION (as a superuser): %w", ErrNoReplicationPrivilege, user, pgErr.Message, user, err)}
+	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
+		// The slot decodes WAL written while the publication did not exist
+		// (the database was replaced, or the publication dropped); every
+		// reconnect meets the same change again.
+		return PermanentError{fmt.Errorf("%w: %s; the slot's position predates the publication: drop the slot (pgwake events drop-slot) to start over at the current WAL position: %w", ErrPublication, pgErr.Message, err)}
 	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
-		return fatal{fmt.Errorf("%w: %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL: %w", ErrWalLevel, pgErr.Message, err)}
+		return PermanentError{fmt.Errorf("%w: %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL: %w", ErrWalLevel, pgErr.Message, err)}
 	}
 	return err
 }

@@ -150,8 +150,40 @@ func DropPublication(ctx context.Context, pool *pgxpool.Pool, publication string
 	return nil
 }
 
+// lagAge is how long ago the transaction being published committed, 0
+// when nothing is pending.
+func (s *Stream) lagAge() time.Duration {
+	since := s.pendingSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(time.Since(time.Unix(0, since)), 0)
+}
+
+// lagScrapeTimeout bounds the query a scrape of the lag gauge runs.
+const lagScrapeTimeout = 2 * time.Second
+
+// measureLag reads the slot's retained WAL and remembers it.
+func (s *Stream) measureLag(ctx context.Context) (*SlotInfo, error) {
+	si, err := slotInfo(ctx, s.pool, s.cfg.Slot)
+	if err != nil || si == nil {
+		return nil, err
+	}
+	s.lagBytes.Store(si.LagBytes)
+	return si, nil
+}
+
+// scrapeLagBytes measures the slot's lag when the gauge is scraped; when
+// the database does not answer in time it reports the last measurement.
+func (s *Stream) scrapeLagBytes() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), lagScrapeTimeout)
+	defer cancel()
+	_, _ = s.measureLag(ctx)
+	return float64(s.lagBytes.Load())
+}
+
 // lagLoop measures the slot's lag every LagInterval and warns past the
-// configured limits.
+// configured limits. The gauges measure on their own when scraped.
 func (s *Stream) lagLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.LagInterval)
 	defer t.Stop()
@@ -161,19 +193,13 @@ func (s *Stream) lagLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		age := time.Duration(0)
-		if since := s.pendingSince.Load(); since != 0 {
-			age = max(time.Since(time.Unix(0, since)), 0)
-		}
-		s.m.lagSeconds.Set(age.Seconds())
-		if s.cfg.LagWarnAge > 0 && age > s.cfg.LagWarnAge {
+		if age := s.lagAge(); s.cfg.LagWarnAge > 0 && age > s.cfg.LagWarnAge {
 			s.log.Warn("event stream is behind", zap.String("slot", s.cfg.Slot), zap.Duration("age", age))
 		}
-		si, err := slotInfo(ctx, s.pool, s.cfg.Slot)
+		si, err := s.measureLag(ctx)
 		if err != nil || si == nil {
 			continue
 		}
-		s.m.lagBytes.Set(float64(si.LagBytes))
 		if s.cfg.LagWarnBytes > 0 && si.LagBytes > s.cfg.LagWarnBytes {
 			s.log.Warn("replication slot retains much WAL", zap.String("slot", s.cfg.Slot), zap.Int64("lag_bytes", si.LagBytes),
 				zap.String("wal_status", si.WALStatus))

@@ -29,8 +29,9 @@ func (f *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 
 func (f *flakyPublisher) Close() error { return nil }
 
-// While the broker is down nothing is acknowledged, the lag shows in the
-// metrics and the logs; when it is back every event is delivered.
+// While the broker is down nothing is acknowledged (nor dead-lettered), the
+// lag shows in the metrics and the logs; when it is back every event is
+// delivered.
 func TestBrokerOutageHoldsTheSlotAndRecovers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -44,6 +45,8 @@ func TestBrokerOutageHoldsTheSlotAndRecovers(t *testing.T) {
 	cfg.Logger, cfg.Registerer = zap.New(core), reg
 	cfg.LagWarnBytes, cfg.LagWarnAge = 1, time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
+	// An outage refuses the dead-letter topic too: nothing is dead-lettered.
+	cfg.DeadLetterTopic, cfg.PublishAttempts = "pgwake.events.dead", 1
 	s, stopStream := e.RunStream(cfg)
 
 	c := e.QueueClient(2)
@@ -66,6 +69,7 @@ func TestBrokerOutageHoldsTheSlotAndRecovers(t *testing.T) {
 	checkDelivery(t, got, table)
 	// Nothing at or past the failing transaction's commit was acknowledged.
 	require.Less(t, uint64(ackedDuringOutage), got[0].LSN)
+	require.Zero(t, metricSum(t, reg, "pgwake_events_dead_lettered_total"))
 	waitFor(t, 60*time.Second, "lag seconds back to 0", func() bool { return metricSum(t, reg, "pgwake_events_slot_lag_seconds") == 0 })
 	stopStream()
 	require.NoError(t, ps.Close())

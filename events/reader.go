@@ -31,34 +31,53 @@ type reader struct {
 	pubDone <-chan struct{} // closed when the publisher stopped
 	rels    map[uint32]*relation
 
-	cur        *txn          // the open transaction, nil between transactions
-	handed     uint64        // transactions handed to the publisher this session
-	idle       pglogrepl.LSN // keepalive position seen between transactions
-	nextStatus time.Time
-	lastStatus time.Time
+	cur         *txn          // the open transaction, nil between transactions
+	idle        pglogrepl.LSN // keepalive position seen between transactions
+	nextStatus  time.Time
+	lastStatus  time.Time
+	lastAdvance time.Time // last status update that moved the acknowledged position
 }
 
-// ackDelay is how soon after a publication its position is acknowledged
-// (at most; status updates are also sent every StatusInterval).
-const ackDelay = 100 * time.Millisecond
+// ackDelay is the shortest time between two status updates that move the
+// acknowledged position (a position published after a quiet spell goes at
+// once); status updates are also sent every StatusInterval.
+const ackDelay = 50 * time.Millisecond
+
+// inflightPoll is how often the reader, waiting for the server, looks
+// whether the publisher has published more while transactions are in
+// flight, so a publication is acknowledged within ackDelay+inflightPoll
+// even when the server sends nothing.
+const inflightPoll = 20 * time.Millisecond
 
 // statusWriteTimeout bounds the write of one status update.
 const statusWriteTimeout = 10 * time.Second
 
+// statusDue returns when the next status update is due: at once or after
+// ackDelay when there is a new position to acknowledge, at the next poll
+// while the publisher holds transactions, else after StatusInterval.
+func (r *reader) statusDue(now time.Time) (due time.Time, send bool) {
+	due = r.nextStatus
+	if r.position() > pglogrepl.LSN(r.s.acked.Load()) {
+		if soon := r.lastAdvance.Add(ackDelay); soon.Before(due) {
+			due = soon
+		}
+	} else if r.s.handed.Load() > r.s.publishedTxn.Load() {
+		if poll := now.Add(inflightPoll); poll.Before(due) {
+			due = poll
+		}
+	}
+	return due, !now.Before(due)
+}
+
 func (r *reader) run(ctx context.Context) error {
 	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
 	for {
-		deadline := r.nextStatus
-		if r.position() > pglogrepl.LSN(r.s.acked.Load()) {
-			if soon := r.lastStatus.Add(ackDelay); soon.Before(deadline) {
-				deadline = soon
-			}
-		}
-		if !time.Now().Before(deadline) {
+		deadline, send := r.statusDue(time.Now())
+		if send {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
-			deadline = r.nextStatus
+			deadline, _ = r.statusDue(time.Now())
 		}
 		select {
 		case <-r.pubDone:
@@ -131,7 +150,7 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		if rel.isEvents {
 			for _, c := range eventColumns {
 				if _, ok := rel.cols[c]; !ok {
-					return fatal{fmt.Errorf("events: relation %s.events has no column %q; is the schema migrated?", m.Namespace, c)}
+					return PermanentError{fmt.Errorf("events: relation %s.events has no column %q; is the schema migrated?", m.Namespace, c)}
 				}
 			}
 		}
@@ -150,7 +169,10 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		}
 		e, err := r.decode(rel, m.Tuple)
 		if err != nil {
-			return err
+			// One bad row must not stop the stream for ever: every
+			// reconnect would meet it again.
+			r.s.skip(e.ID, "decode", err)
+			return nil
 		}
 		r.cur.events = append(r.cur.events, e)
 		if len(r.cur.events) >= r.s.cfg.MaxBatch {
@@ -176,17 +198,29 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 // hand gives t to the publisher, keeping the connection alive with status
 // updates while the publisher is busy.
 func (r *reader) hand(ctx context.Context, t *txn) error {
+	// Counted first, so the publisher never sees fewer handed than it
+	// published.
+	r.s.handed.Add(1)
+	r.s.pendingSince.CompareAndSwap(0, t.commitTime.UnixNano())
+	select {
+	case r.txns <- t: // the usual case: room in the channel
+		return nil
+	default:
+	}
 	for {
-		timer := time.NewTimer(time.Until(r.nextStatus))
-		select {
-		case r.txns <- t:
-			timer.Stop()
-			r.handed++
-			return nil
-		case <-timer.C:
+		due, send := r.statusDue(time.Now())
+		if send {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
+			due, _ = r.statusDue(time.Now())
+		}
+		timer := time.NewTimer(time.Until(due))
+		select {
+		case r.txns <- t:
+			timer.Stop()
+			return nil
+		case <-timer.C:
 		case <-r.pubDone:
 			timer.Stop()
 			return nil
@@ -202,7 +236,7 @@ func (r *reader) hand(ctx context.Context, t *txn) error {
 // published and none is open.
 func (r *reader) position() pglogrepl.LSN {
 	pos := pglogrepl.LSN(r.s.published.Load())
-	if r.cur == nil && r.handed == r.s.publishedTxn.Load() && r.idle > pos {
+	if r.cur == nil && r.s.handed.Load() == r.s.publishedTxn.Load() && r.idle > pos {
 		pos = r.idle
 	}
 	if acked := pglogrepl.LSN(r.s.acked.Load()); acked > pos {
@@ -223,13 +257,15 @@ func (r *reader) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("events: standby status update: %w", err)
 	}
 	if uint64(pos) > r.s.acked.Load() {
+		r.lastAdvance = r.lastStatus
 		r.s.acked.Store(uint64(pos))
 		r.s.log.Debug("acknowledged", zap.String("lsn", pos.String()))
 	}
 	return nil
 }
 
-// decode turns an insert into the events table into an Event.
+// decode turns an insert into the events table into an Event. On error
+// the Event carries the id when it could be read.
 func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) {
 	col := func(name string) ([]byte, error) {
 		i := rel.cols[name]
@@ -272,15 +308,15 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (Event, error) 
 	at := strCol("at")
 	raw := strCol("data")
 	if err != nil {
-		return Event{}, err
+		return Event{ID: e.ID}, err
 	}
 	var ts pgtype.Timestamptz
 	if err := r.s.types.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, []byte(at), &ts); err != nil {
-		return Event{}, fmt.Errorf("events: event %d: at %q: %w", e.ID, at, err)
+		return Event{ID: e.ID}, fmt.Errorf("events: event %d: at %q: %w", e.ID, at, err)
 	}
 	e.At = ts.Time.UTC()
 	if err := e.setData([]byte(raw)); err != nil {
-		return Event{}, err
+		return Event{ID: e.ID}, err
 	}
 	return e, nil
 }

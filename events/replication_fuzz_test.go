@@ -83,12 +83,14 @@ func frames(ms ...[]byte) []byte {
 func fuzzReader() (*reader, chan *txn) {
 	txns := make(chan *txn, 1024)
 	s := &Stream{cfg: Config{Schema: "pgwake"}.withDefaults(), log: zap.NewNop(), types: pgtype.NewMap()}
+	s.m, _ = newMetrics(nil, "fuzz", func() float64 { return 0 }, func() float64 { return 0 })
 	return &reader{s: s, txns: txns, rels: map[uint32]*relation{}, nextStatus: time.Now().Add(time.Hour)}, txns
 }
 
 // FuzzReplicationStream feeds arbitrary replication CopyData frames (the
 // bytes a server, or anything in between, sends) to the stream's decoder:
-// it returns errors, never panics, and every event it hands on decoded.
+// it returns errors (or skips an undecodable row), never panics, and every
+// event it hands on decoded.
 func FuzzReplicationStream(f *testing.F) {
 	cols := eventColumns
 	good := []string{"42", "7", "retry_scheduled", "default", "email", "1", "2026-11-29 14:00:00.5+00", `{"error": "smtp: timeout", "run_after": "2026-11-29T14:00:30Z"}`}

@@ -96,10 +96,12 @@ type Stream struct {
 
 	running      atomic.Bool
 	published    atomic.Uint64 // every event up to this LSN is published
-	publishedTxn atomic.Uint64 // transactions published in this session
+	publishedTxn atomic.Uint64 // transactions (or parts) published in this session
+	handed       atomic.Uint64 // transactions (or parts) handed to the publisher in this session
 	acked        atomic.Uint64 // last flush position sent to the server
 	pendingSince atomic.Int64  // commit time (unix ns) of the batch being published, 0 if none
 	sessions     atomic.Int64  // sessions that reached streaming
+	lagBytes     atomic.Int64  // last measured slot lag, for a scrape that cannot measure
 }
 
 // New checks cfg and returns a Stream; it connects to nothing yet. pool is
@@ -126,11 +128,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Stream, error) {
 	replCfg.RuntimeParams["timezone"] = "UTC"
 	replCfg.RuntimeParams["datestyle"] = "ISO"
 	replCfg.RuntimeParams["application_name"] = "pgwake_events_" + cfg.Slot
-	m, err := newMetrics(cfg.Registerer, cfg.Slot)
+	s := &Stream{pool: pool, cfg: cfg, replCfg: replCfg, log: cfg.Logger.Named("events"), types: pgtype.NewMap()}
+	m, err := newMetrics(cfg.Registerer, cfg.Slot, s.scrapeLagBytes, func() float64 { return s.lagAge().Seconds() })
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{pool: pool, cfg: cfg, replCfg: replCfg, log: cfg.Logger.Named("events"), m: m, types: pgtype.NewMap()}, nil
+	s.m = m
+	return s, nil
 }
 
 // Slot returns the slot name in use.
@@ -146,9 +150,9 @@ func (s *Stream) Sessions() int64 { return s.sessions.Load() }
 
 // Run streams events until ctx is done, reconnecting with backoff after
 // connection loss or server restarts. It returns nil after ctx is done (the
-// last published position is acknowledged first) and an error only for a
-// problem a reconnect cannot fix: wal_level, privileges, the publication,
-// an unusable slot. Run must not be called twice at once.
+// last published position is acknowledged first) and a PermanentError only
+// for a problem a reconnect cannot fix: wal_level, privileges, the schema,
+// the publication, an unusable slot. Run must not be called twice at once.
 func (s *Stream) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("events: Stream.Run is already running")
@@ -162,24 +166,24 @@ func (s *Stream) Run(ctx context.Context) error {
 	defer stopLag()
 
 	backoff := s.cfg.MinBackoff
-	prepared := false
 	for {
 		var err error
-		streamed := false
-		if !prepared {
-			err = s.prepare(ctx)
-			prepared = err == nil
-		}
-		if prepared {
-			err = s.session(ctx, &streamed)
+		var streamedAt time.Time
+		// prepare runs before every session: a database replaced behind
+		// the stream (schema gone, wal_level changed) ends Run instead of
+		// being retried for ever.
+		if err = s.prepare(ctx); err == nil {
+			err = s.session(ctx, &streamedAt)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isFatal(err) {
+		if IsPermanent(err) {
 			return err
 		}
-		if streamed {
+		// Only a session that streamed for a while resets the backoff: one
+		// that fails right after connecting keeps backing off.
+		if !streamedAt.IsZero() && time.Since(streamedAt) >= s.stableAfter() {
 			backoff = s.cfg.MinBackoff
 		}
 		s.m.reconnects.Inc()
@@ -193,6 +197,10 @@ func (s *Stream) Run(ctx context.Context) error {
 		backoff = min(backoff*2, s.cfg.MaxBackoff)
 	}
 }
+
+// stableAfter is how long a session must stream before a failure starts
+// the backoff over at MinBackoff: MaxBackoff, at least one second.
+func (s *Stream) stableAfter() time.Duration { return max(s.cfg.MaxBackoff, time.Second) }
 
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
@@ -229,7 +237,7 @@ func CheckServer(ctx context.Context, pool *pgxpool.Pool, role string) error {
 		return fmt.Errorf("events: reading role attributes: %w", err)
 	}
 	if !ok {
-		return fatal{fmt.Errorf("%w: role %q can neither replicate nor is superuser; run ALTER ROLE %s REPLICATION as a superuser", ErrNoReplicationPrivilege, role, sqlident.Quote(role))}
+		return PermanentError{fmt.Errorf("%w: role %q can neither replicate nor is superuser; run ALTER ROLE %s REPLICATION as a superuser", ErrNoReplicationPrivilege, role, sqlident.Quote(role))}
 	}
 	return nil
 }
@@ -239,14 +247,14 @@ func CheckServer(ctx context.Context, pool *pgxpool.Pool, role string) error {
 // CREATE on the database and ownership of the table (or superuser).
 func EnsurePublication(ctx context.Context, pool *pgxpool.Pool, schema, publication string) error {
 	if err := sqlident.Validate("publication name", publication, 0); err != nil {
-		return fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
+		return PermanentError{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
 	}
 	var table *string
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, sqlident.Quote(schema, "events")).Scan(&table); err != nil {
 		return fmt.Errorf("events: looking up the events table: %w", err)
 	}
 	if table == nil {
-		return fatal{fmt.Errorf("%w: %s", ErrNotMigrated, sqlident.Quote(schema, "events"))}
+		return PermanentError{fmt.Errorf("%w: %s", ErrNotMigrated, sqlident.Quote(schema, "events"))}
 	}
 	create := `CREATE PUBLICATION ` + sqlident.Quote(publication) + ` FOR TABLE ` + sqlident.Quote(schema, "events") + ` WITH (publish = 'insert')`
 	var exists, covers, inserts bool
@@ -259,7 +267,7 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 	}
 	if exists {
 		if !covers || !inserts {
-			return fatal{fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; drop it or pick another name", ErrPublication, publication, sqlident.Quote(schema, "events"))}
+			return PermanentError{fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; drop it or pick another name", ErrPublication, publication, sqlident.Quote(schema, "events"))}
 		}
 		return nil
 	}
@@ -269,7 +277,7 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 			return nil
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-			return fatal{fmt.Errorf("%w: cannot create it (%s); creating a publication needs CREATE on the database and ownership of the table (or superuser); have such a role run: %s", ErrPublication, pgErr.Message, create)}
+			return PermanentError{fmt.Errorf("%w: cannot create it (%s); creating a publication needs CREATE on the database and ownership of the table (or superuser); have such a role run: %s", ErrPublication, pgErr.Message, create)}
 		}
 		return fmt.Errorf("events: %s: %w", create, err)
 	}
@@ -285,7 +293,7 @@ type txn struct {
 }
 
 // session runs one replication connection until it fails or ctx is done.
-func (s *Stream) session(ctx context.Context, streamed *bool) error {
+func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	conn, err := pgconn.ConnectConfig(ctx, s.replCfg)
 	if err != nil {
 		return classify(fmt.Errorf("events: replication connection: %w", err), s.replCfg.User)
@@ -295,7 +303,8 @@ func (s *Stream) session(ctx context.Context, streamed *bool) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if err := s.ensureSlot(ctx, conn); err != nil {
+	confirmed, err := s.ensureSlot(ctx, conn)
+	if err != nil {
 		return err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -305,10 +314,15 @@ func (s *Stream) session(ctx context.Context, streamed *bool) error {
 	if err != nil {
 		return classify(fmt.Errorf("events: START_REPLICATION on slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
 	}
-	*streamed = true
+	*streamedAt = time.Now()
 	s.sessions.Add(1)
 	s.publishedTxn.Store(0)
-	s.log.Info("streaming events", zap.String("slot", s.cfg.Slot), zap.String("acked", s.Acked().String()))
+	s.handed.Store(0)
+	s.pendingSince.Store(0)
+	// The slot's confirmed position is where this session resumes; the
+	// in-memory one is 0/0 in a new process.
+	s.log.Info("streaming events", zap.String("slot", s.cfg.Slot), zap.Bool("temporary", s.cfg.TemporarySlot),
+		zap.String("confirmed_flush_lsn", confirmed.String()))
 
 	sctx, cancel := context.WithCancel(ctx)
 	txns := make(chan *txn, 64)
@@ -334,133 +348,58 @@ func (s *Stream) session(ctx context.Context, streamed *bool) error {
 	return err
 }
 
-func (s *Stream) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	if s.cfg.TemporarySlot {
-		_, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+// ensureSlot creates the slot unless it exists and returns the position
+// the session resumes from: the slot's confirmed_flush_lsn, or a new
+// slot's consistent point.
+func (s *Stream) ensureSlot(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LSN, error) {
+	create := func(temporary bool) (pglogrepl.LSN, error) {
+		res, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Temporary: temporary, Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
 		if err != nil {
-			return classify(fmt.Errorf("events: creating temporary slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+			return 0, err
 		}
-		return nil
+		lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+		if err != nil {
+			return 0, fmt.Errorf("events: slot %s: consistent point %q: %w", s.cfg.Slot, res.ConsistentPoint, err)
+		}
+		return lsn, nil
+	}
+	if s.cfg.TemporarySlot {
+		lsn, err := create(true)
+		if err != nil {
+			return 0, classify(fmt.Errorf("events: creating temporary slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+		}
+		return lsn, nil
 	}
 	info, err := slotInfo(ctx, s.pool, s.cfg.Slot)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if info != nil {
-		return checkSlot(info, s.replCfg.Database)
+		return info.ConfirmedFlush, checkSlot(info, s.replCfg.Database)
 	}
-	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	lsn, err := create(false)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-		return nil // created concurrently
+		// Created concurrently.
+		if info, err = slotInfo(ctx, s.pool, s.cfg.Slot); err != nil || info == nil {
+			return 0, err
+		}
+		return info.ConfirmedFlush, nil
 	}
 	if err != nil {
-		return classify(fmt.Errorf("events: creating slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
+		return 0, classify(fmt.Errorf("events: creating slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
 	}
-	s.log.Info("created replication slot", zap.String("slot", s.cfg.Slot))
-	return nil
+	s.log.Info("created replication slot", zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", lsn.String()))
+	return lsn, nil
 }
 
 func checkSlot(info *SlotInfo, database string) error {
 	if info.Plugin != "pgoutput" {
-		return fatal{fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; drop it or pick another name", ErrSlot, info.Name, info.Plugin)}
+		return PermanentError{fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; drop it or pick another name", ErrSlot, info.Name, info.Plugin)}
 	}
 	if database != "" && info.Database != database {
-		return fatal{fmt.Errorf("%w: slot %q belongs to database %q, not %q", ErrSlot, info.Name, info.Database, database)}
+		return PermanentError{fmt.Errorf("%w: slot %q belongs to database %q, not %q", ErrSlot, info.Name, info.Database, database)}
 	}
 	return nil
-}
-
-// publishLoop publishes handed-over transactions in order and advances the
-// published position after each batch.
-func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
-	for {
-		var batch []*txn
-		select {
-		case t := <-txns:
-			batch = append(batch, t)
-		case <-ctx.Done():
-			return nil
-		}
-		n := len(batch[0].events)
-	drain:
-		for n < s.cfg.MaxBatch {
-			select {
-			case t := <-txns:
-				batch = append(batch, t)
-				n += len(t.events)
-			default:
-				break drain
-			}
-		}
-		s.pendingSince.Store(batch[0].commitTime.UnixNano())
-		if err := s.publishBatch(ctx, batch); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped mid-retry; nothing of the batch is acknowledged
-			}
-			return err
-		}
-		// The end of the last whole transaction in the batch; a trailing
-		// part of an unfinished one moves nothing.
-		for _, t := range batch {
-			if uint64(t.end) > s.published.Load() {
-				s.published.Store(uint64(t.end))
-			}
-		}
-		s.publishedTxn.Add(uint64(len(batch)))
-		s.pendingSince.Store(0)
-	}
-}
-
-// publishBatch publishes the batch's events in order, runs of one topic in
-// one Publish call, retrying a failed run until it succeeds or ctx is done.
-func (s *Stream) publishBatch(ctx context.Context, batch []*txn) error {
-	var topic string
-	var run []*message.Message
-	var types []string
-	flush := func() error {
-		if len(run) == 0 {
-			return nil
-		}
-		backoff := s.cfg.MinBackoff
-		for {
-			err := s.cfg.Publisher.Publish(topic, run...)
-			if err == nil {
-				break
-			}
-			s.m.publishErrors.Inc()
-			s.log.Warn("publish failed; retrying", zap.String("topic", topic), zap.Int("messages", len(run)), zap.Error(err))
-			select {
-			case <-time.After(jitter(backoff)):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			backoff = min(backoff*2, s.cfg.MaxBackoff)
-		}
-		for _, t := range types {
-			s.m.published.WithLabelValues(t).Inc()
-		}
-		run, types = run[:0], types[:0]
-		return nil
-	}
-	for _, t := range batch {
-		for _, e := range t.events {
-			tp := s.cfg.Topic(e)
-			if tp != topic {
-				if err := flush(); err != nil {
-					return err
-				}
-				topic = tp
-			}
-			msg, err := NewMessage(s.cfg.Schema, e, t.commitLSN)
-			if err != nil {
-				return err
-			}
-			run = append(run, msg)
-			types = append(types, e.Type)
-		}
-	}
-	return flush()
 }

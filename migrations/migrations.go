@@ -93,9 +93,11 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
-// render substitutes the quoted schema into a migration's SQL.
+// render substitutes the quoted schema into a migration's SQL, and the
+// schema's NOTIFY channel (queue.WakeChannel) as a string literal for
+// {{wake_channel}}. The schema is validated: [a-z0-9_] needs no escaping.
 func render(sql, schema string) string {
-	return strings.ReplaceAll(sql, "{{schema}}", sqlident.Quote(schema))
+	return strings.NewReplacer("{{schema}}", sqlident.Quote(schema), "{{wake_channel}}", "'"+schema+"_wake'").Replace(sql)
 }
 
 // Up applies every pending migration to schema (DefaultSchema when empty),
@@ -106,7 +108,91 @@ func render(sql, schema string) string {
 // migrations: only roles with write privileges on that table can take it, so
 // no other role can make migrate wait (an advisory lock anyone can take on a
 // predictable key could).
+//
+// Constraints a migration adds NOT VALID (so that adding them does not scan
+// the table under an exclusive lock) are validated after the migrations
+// commit, one transaction each, taking a lock that lets reads and writes go
+// on. A row that breaks one returns an *InvalidRowsError; fix the rows and run
+// Up again, which validates what is left.
+//
+// Up refuses, with a *ForeignSchemaError, a schema (or schema_migrations
+// table) that already exists and is owned by a role that is neither the
+// current user, a role it is a member of, nor a superuser: that owner
+// controls what runs there (a schema_migrations table it wrote would make Up
+// report the schema up to date). UpWithOptions can allow it.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	return up(ctx, pool, schema, 0, Options{})
+}
+
+// Options adjusts UpWithOptions.
+type Options struct {
+	// AllowForeignSchema migrates a schema owned by another role (see Up).
+	// Default false.
+	AllowForeignSchema bool
+}
+
+// UpWithOptions is Up with options.
+func UpWithOptions(ctx context.Context, pool *pgxpool.Pool, schema string, opts Options) ([]int, error) {
+	return up(ctx, pool, schema, 0, opts)
+}
+
+// ErrForeignSchema is matched (errors.Is) by the *ForeignSchemaError Up
+// returns.
+var ErrForeignSchema = errors.New("migrations: schema owned by another role")
+
+// ForeignSchemaError names the object of pgwake's schema another role owns.
+type ForeignSchemaError struct {
+	Object, Owner, User string
+}
+
+func (e *ForeignSchemaError) Error() string {
+	return fmt.Sprintf("migrations: %s is owned by role %s, not by %s (or a role it belongs to): its owner controls what runs in it; "+
+		"migrate as that role, drop it if nobody should have created it, or allow it explicitly (--allow-foreign-schema)", e.Object, e.Owner, e.User)
+}
+
+// Is makes errors.Is(err, ErrForeignSchema) true.
+func (e *ForeignSchemaError) Is(target error) bool { return target == ErrForeignSchema }
+
+// checkOwners returns a *ForeignSchemaError when schema or its
+// schema_migrations table exists and is owned by a role current_user does
+// not trust: itself, a role it is a member of (when it is not a superuser,
+// for which every role counts as one), or a superuser.
+func checkOwners(ctx context.Context, conn *pgx.Conn, schema string) error {
+	rows, err := conn.Query(ctx, `
+WITH me AS (SELECT oid, rolname, rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user)
+SELECT o.what, r.rolname::text, me.rolname::text,
+	r.oid OPERATOR(pg_catalog.=) me.oid OR r.rolsuper
+	OR (NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER'))
+FROM (
+	SELECT 'schema ' OPERATOR(pg_catalog.||) n.nspname::text AS what, n.nspowner AS owner
+	FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) $1::text
+	UNION ALL
+	SELECT 'table ' OPERATOR(pg_catalog.||) n.nspname::text OPERATOR(pg_catalog.||) '.schema_migrations', c.relowner
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+	WHERE n.nspname OPERATOR(pg_catalog.=) $1::text AND c.relname OPERATOR(pg_catalog.=) 'schema_migrations'::name
+) o JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) o.owner CROSS JOIN me`, schema)
+	if err != nil {
+		return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e ForeignSchemaError
+		var trusted bool
+		if err := rows.Scan(&e.Object, &e.Owner, &e.User, &trusted); err != nil {
+			return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+		}
+		if !trusted {
+			return &e
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrations: check the owner of schema %s: %w", schema, err)
+	}
+	return nil
+}
+
+// up is Up applying migrations up to version limit (all when 0).
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int, opts Options) ([]int, error) {
 	if pool == nil {
 		return nil, errors.New("migrations: nil pool")
 	}
@@ -126,6 +212,11 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	}
 	defer conn.Release()
 
+	if !opts.AllowForeignSchema {
+		if err := checkOwners(ctx, conn.Conn(), schema); err != nil {
+			return nil, err
+		}
+	}
 	q := sqlident.Quote(schema)
 	// Two migrators creating the schema at once: one of the IF NOT EXISTS
 	// statements fails on a catalog unique index (or finds the other's row
@@ -154,7 +245,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 			return err
 		}
 		for _, m := range all {
-			if _, ok := done[m.Version]; ok {
+			if _, ok := done[m.Version]; ok || (limit > 0 && m.Version > limit) {
 				continue
 			}
 			if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
@@ -170,7 +261,65 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := validateConstraints(ctx, conn.Conn(), schema); err != nil {
+		return ran, err
+	}
 	return ran, nil
+}
+
+// ErrInvalidRows is matched (errors.Is) by the *InvalidRowsError Up returns.
+var ErrInvalidRows = errors.New("migrations: rows break a constraint")
+
+// InvalidRowsError names a constraint that rows of the schema break, so it
+// could not be validated. Writes that break it are already refused.
+type InvalidRowsError struct {
+	Table, Constraint string
+	Err               error
+}
+
+func (e *InvalidRowsError) Error() string {
+	return fmt.Sprintf("migrations: rows of %s break constraint %s (new writes are already checked): fix or delete them, then run migrate again: %v",
+		e.Table, e.Constraint, e.Err)
+}
+
+func (e *InvalidRowsError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrInvalidRows) true.
+func (e *InvalidRowsError) Is(target error) bool { return target == ErrInvalidRows }
+
+// validateConstraints validates every NOT VALID check constraint on the
+// schema's tables, each in its own transaction (VALIDATE CONSTRAINT takes
+// SHARE UPDATE EXCLUSIVE: reads and writes go on while it scans).
+func validateConstraints(ctx context.Context, conn *pgx.Conn, schema string) error {
+	rows, err := conn.Query(ctx, `
+SELECT c.relname::text, k.conname::text
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) k.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE n.nspname OPERATOR(pg_catalog.=) $1::text AND NOT k.convalidated AND k.contype OPERATOR(pg_catalog.=) 'c'::"char"
+ORDER BY 1, 2`, schema)
+	if err != nil {
+		return fmt.Errorf("migrations: list constraints to validate: %w", err)
+	}
+	type pending struct{ table, constraint string }
+	todo, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
+		var p pending
+		return p, r.Scan(&p.table, &p.constraint)
+	})
+	if err != nil {
+		return fmt.Errorf("migrations: list constraints to validate: %w", err)
+	}
+	for _, p := range todo {
+		_, err := conn.Exec(ctx, `ALTER TABLE `+sqlident.Quote(schema, p.table)+` VALIDATE CONSTRAINT `+sqlident.Quote(p.constraint))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23514" { // check_violation
+			return &InvalidRowsError{Table: schema + "." + p.table, Constraint: p.constraint, Err: err}
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: validate %s on %s.%s: %w", p.constraint, schema, p.table, err)
+		}
+	}
+	return nil
 }
 
 // createBookkeeping creates the schema and its schema_migrations table if

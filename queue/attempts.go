@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,8 @@ func nextIsolation(la *lostAttempt, j *Job) (level int, count bool) {
 // sendStarts sends the record that the attempts of b's jobs started, on a
 // pool connection and in a transaction of its own, and returns once the
 // statement is written to the server (the handlers may start: a worker
-// that dies now has handed the record over); wait returns its result.
+// that dies now has handed the record over); wait returns its result, and
+// may be called more than once.
 // Reading the result overlaps the handlers, so the record costs the
 // critical path no round trip.
 func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func() error, err error) {
@@ -74,12 +76,12 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		conn.Release()
 		done <- err
 	}()
-	return func() error {
+	return sync.OnceValue(func() error {
 		if err := <-done; err != nil {
 			return fmt.Errorf("record attempt start: %w", err)
 		}
 		return nil
-	}, nil
+	}), nil
 }
 
 // forgetStarts deletes our records of jobs that never started (best effort:

@@ -30,7 +30,7 @@ type batch struct {
 	// its handler's context.
 	runningID   int64
 	stopRunning context.CancelCauseFunc
-	done    chan struct{}  // closed when the batch has ended
+	done        chan struct{} // closed when the batch has ended
 }
 
 type claimedJob struct {

@@ -34,8 +34,9 @@ type Client struct {
 	leasedKinds []string
 	// leases maps the id of every leased job running in this client to
 	// its *leasedRun.
-	leases  sync.Map
-	running atomic.Bool
+	leases      sync.Map
+	completions completer // leased successes, written together
+	running     atomic.Bool
 	// claimIdleTimeout, when not empty, is set as the claim transaction's
 	// idle_in_transaction_session_timeout (see claimIdleTimeoutFor). Written
 	// by Run before the dispatchers start.
@@ -177,160 +178,49 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	ps := make([]prepared, len(jobs))
+	n := len(jobs)
+	var (
+		kinds    = make([]string, n)
+		payloads = make([]string, n)
+		queues   = make([]string, n)
+		runAfter = make([]*time.Time, n)
+		delays   = make([]time.Duration, n)
+		prios    = make([]int32, n)
+		maxAtt   = make([]int32, n)
+		keys     = make([]*string, n)
+	)
 	for i, j := range jobs {
 		p, err := c.prepare(i, j)
 		if err != nil {
 			return nil, err
 		}
-		ps[i] = p
+		kinds[i], payloads[i], queues[i], runAfter[i] = p.kind, string(p.payload), p.queue, p.runAfter
+		delays[i], prios[i], maxAtt[i], keys[i] = time.Duration(p.delayMicros)*time.Microsecond, int32(p.priority), p.maxAttempts, p.uniqueKey
 	}
-	results := make([]EnqueueResult, len(ps))
-	todo := make([]int, len(ps)) // indexes still to insert
-	for i := range todo {
-		todo[i] = i
+	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
+	// in one statement, as every other client gets them.
+	var ids []int64
+	var dups []bool
+	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&ids, &dups}, func() error { return nil })
 	}
-	// A duplicate whose holder finishes between our insert and our lookup is
-	// inserted again on the next round; a few rounds settle any race.
-	for round := 0; len(todo) > 0; round++ {
-		if round == 5 {
-			return nil, fmt.Errorf("queue: enqueue: unique keys kept changing state; gave up after %d rounds", round)
-		}
-		dups, err := c.insert(ctx, q, ps, todo, results)
-		if err != nil {
-			return nil, err
-		}
-		if len(dups) == 0 {
-			break
-		}
-		todo, err = c.resolveDuplicates(ctx, q, ps, dups, results)
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, fmt.Errorf("queue: enqueue: %w", err)
+	}
+	if len(ids) != n || len(dups) != n {
+		return nil, fmt.Errorf("queue: enqueue: internal error: %d ids for %d jobs", len(ids), n)
+	}
+	results := make([]EnqueueResult, n)
+	for i := range results {
+		results[i] = EnqueueResult{ID: ids[i], Duplicate: dups[i]}
 	}
 	for i, r := range results {
 		if !r.Duplicate {
-			c.metrics.enqueued.WithLabelValues(ps[i].queue, ps[i].kind).Inc()
+			c.metrics.enqueued.WithLabelValues(queues[i], kinds[i]).Inc()
 		}
 	}
 	return results, nil
-}
-
-// insert runs the enqueue statement for ps[todo...], fills results and returns
-// the indexes that conflicted with an unfinished job's unique key.
-func (c *Client) insert(ctx context.Context, q querier, ps []prepared, todo []int, results []EnqueueResult) ([]int, error) {
-	n := len(todo)
-	var rows pgx.Rows
-	var err error
-	if n == 1 {
-		p := ps[todo[0]]
-		rows, err = q.Query(ctx, c.sql.enqueueOne, p.queue, p.kind, string(p.payload), p.priority,
-			p.runAfter, float64(p.delayMicros), p.maxAttempts, p.uniqueKey, c.channel)
-	} else {
-		rows, err = c.insertMany(ctx, q, ps, todo)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
-	}
-	return c.matchInserted(rows, ps, todo, results)
-}
-
-// insertMany runs the array form of the enqueue statement for ps[todo...].
-func (c *Client) insertMany(ctx context.Context, q querier, ps []prepared, todo []int) (pgx.Rows, error) {
-	n := len(todo)
-	var (
-		queues   = make([]string, n)
-		kinds    = make([]string, n)
-		payloads = make([]string, n)
-		prios    = make([]int16, n)
-		runAfter = make([]*time.Time, n)
-		delays   = make([]float64, n)
-		maxAtt   = make([]int32, n)
-		keys     = make([]*string, n)
-	)
-	for k, i := range todo {
-		p := ps[i]
-		queues[k], kinds[k], payloads[k], prios[k] = p.queue, p.kind, string(p.payload), p.priority
-		runAfter[k], delays[k], maxAtt[k], keys[k] = p.runAfter, float64(p.delayMicros), p.maxAttempts, p.uniqueKey
-	}
-	return q.Query(ctx, c.sql.enqueue, queues, kinds, payloads, prios, runAfter, delays, maxAtt, keys, c.channel)
-}
-
-// matchInserted reads the enqueue statement's rows into results and returns
-// the indexes that conflicted with an unfinished job's unique key.
-func (c *Client) matchInserted(rows pgx.Rows, ps []prepared, todo []int, results []EnqueueResult) ([]int, error) {
-	type row struct {
-		id  int64
-		key *string
-	}
-	var got []row
-	for rows.Next() {
-		var r row
-		var woke int64
-		if err := rows.Scan(&r.id, &r.key, &woke); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("queue: enqueue: %w", err)
-		}
-		got = append(got, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
-	}
-	// Inserted rows come back in input order; inputs with a unique key that
-	// conflicted are missing from them.
-	var dups []int
-	g := 0
-	for _, i := range todo {
-		p := ps[i]
-		if g < len(got) && (p.uniqueKey == nil || (got[g].key != nil && *got[g].key == *p.uniqueKey)) {
-			results[i] = EnqueueResult{ID: got[g].id}
-			g++
-			continue
-		}
-		if p.uniqueKey == nil {
-			return nil, fmt.Errorf("queue: enqueue: internal error: returned rows do not match the input")
-		}
-		dups = append(dups, i)
-	}
-	if g != len(got) {
-		return nil, fmt.Errorf("queue: enqueue: internal error: %d rows returned, %d matched", len(got), g)
-	}
-	return dups, nil
-}
-
-// resolveDuplicates fills in the ids of unfinished jobs holding the keys of
-// ps[dups...] and returns the indexes whose holder has finished meanwhile.
-func (c *Client) resolveDuplicates(ctx context.Context, q querier, ps []prepared, dups []int, results []EnqueueResult) ([]int, error) {
-	keys := make([]string, len(dups))
-	for k, i := range dups {
-		keys[k] = *ps[i].uniqueKey
-	}
-	rows, err := q.Query(ctx, c.sql.uniqueHolders, keys)
-	if err != nil {
-		return nil, fmt.Errorf("queue: enqueue: look up unique keys: %w", err)
-	}
-	holders := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var id int64
-		if err := rows.Scan(&k, &id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("queue: enqueue: look up unique keys: %w", err)
-		}
-		holders[k] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queue: enqueue: look up unique keys: %w", err)
-	}
-	var again []int
-	for _, i := range dups {
-		if id, ok := holders[*ps[i].uniqueKey]; ok {
-			results[i] = EnqueueResult{ID: id, Duplicate: true}
-		} else {
-			again = append(again, i)
-		}
-	}
-	return again, nil
 }
 
 // Cancel marks a pending job cancelled (with a cancelled event). A job this
@@ -384,7 +274,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // job is skipped) or the handler's own job (which then ends cancelled, not
 // succeeded).
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id}, c.channel)
+	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id})
 	if err != nil {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
 	}
@@ -413,13 +303,12 @@ func (c *Client) Retry(ctx context.Context, id int64) error {
 
 // RetryTx is Retry in the caller's transaction.
 func (c *Client) RetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	var got, woke int64
-	err := tx.QueryRow(ctx, c.sql.retry, id, c.channel).Scan(&got, &woke)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: retry job %d: not failed", ErrNotFound, id)
-	}
-	if err != nil {
+	var ok bool
+	if err := tx.QueryRow(ctx, c.sql.retry, id).Scan(&ok); err != nil {
 		return fmt.Errorf("queue: retry job %d: %w", id, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: retry job %d: not failed", ErrNotFound, id)
 	}
 	return nil
 }

@@ -15,6 +15,12 @@ const (
 	claimBackoffLast  = 5 * time.Second
 )
 
+// maxLeasedClaim caps how many leased jobs one claim starts. They run
+// outside the claim transaction (no savepoints, so MaxBatch's limit does not
+// apply); a large claim lets thousands of concurrent jobs start in a few
+// round trips.
+const maxLeasedClaim = 500
+
 // queueLoop claims and runs the jobs of one queue.
 type queueLoop struct {
 	c     *Client
@@ -163,7 +169,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	if len(l.c.cfg.LeasedKinds) > 0 {
 		// Leased jobs each take a slot: as many as are free (with the one
 		// taken for this claim).
-		leasedN = min(l.c.cfg.MaxBatch, cap(l.slots)-len(l.slots)+1)
+		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
 	}
 	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after)
 	s.cursor = nil

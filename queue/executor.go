@@ -75,7 +75,7 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		l.wake(sourceReleased, 0)
 		return
 	}
-	run := c.runJobs(hardCtx, rctx, b, l)
+	run := c.runJobs(hardCtx, rctx, b, l, recorded)
 	unstarted := b.stop()
 	if err := recorded(); err != nil {
 		// The handlers ran unprotected: had the worker died, their attempts
@@ -103,7 +103,11 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 
 // runJobs runs b's handlers one after another until the batch has run for
 // cutAfter, the hard context ends, or the claim transaction breaks.
-func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop) batchRun {
+//
+// A failure is recorded only after the attempt records are: the failure
+// deletes its job's record, and a record committed after that delete would
+// look like a lost attempt.
+func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, recorded func() error) batchRun {
 	var run batchRun
 	hctx := context.WithValue(hardCtx, batchKey{}, b)
 	start := time.Now()
@@ -145,6 +149,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop) 
 			}
 		}
 		if r.err != nil {
+			_ = recorded() // its error is reported once the handlers are done
 			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
 				run.broken, run.culprit = err, &r
 				return run

@@ -89,7 +89,7 @@ func TestLeasedJobLostLeaseCannotComplete(t *testing.T) {
 	e := leasedEnv(t, "pgwake_leased_lost", 8, queue.Config{
 		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
 		LeasedKinds:   []string{"long"},
-		LeaseDuration: 300 * time.Millisecond,
+		LeaseDuration: 1200 * time.Millisecond, // not starved past it on a busy machine
 		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 			if err := effect(ctx, tx, schema, j); err != nil {
 				return err
@@ -106,7 +106,7 @@ func TestLeasedJobLostLeaseCannotComplete(t *testing.T) {
 	e.run()
 	<-running
 	// Another worker rescued it and holds it now.
-	_, err = e.pool.Exec(context.Background(), `UPDATE `+e.table("jobs")+` SET leased_by = 'another-worker' WHERE id = $1`, r.ID)
+	_, err = e.pool.Exec(context.Background(), `UPDATE `+e.table("jobs")+` SET leased_by = 'another-worker', lease_expires_at = now() + interval '1 hour' WHERE id = $1`, r.ID)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "handler cancelled", func() bool { return cause.Load() != nil })
 	require.ErrorIs(t, cause.Load().(error), queue.ErrLeaseLost)

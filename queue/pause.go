@@ -75,8 +75,8 @@ func (c *Client) ResumeQueueTx(ctx context.Context, tx pgx.Tx, queue string) err
 	return nil
 }
 
-// Queues lists the queues that are paused, have pending jobs or have
-// running workers, in name order, with their pause state.
+// Queues lists the queues that are paused or have pending jobs, in name
+// order, with their pause state.
 func (c *Client) Queues(ctx context.Context) ([]QueueState, error) {
 	rows, err := c.pool.Query(ctx, c.sql.periodic.queues)
 	if err != nil {

@@ -43,7 +43,7 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 		{"fail", s.fail, `2, 0, 'e', 'pending', 0, 'ch', 'retry_scheduled'`},
 		{"startLeased", s.startLeased, `'{2,4,6}'::bigint[], 1000, 'w'`},
 		{"extendLeases", s.extendLeases, `'{1,3,5}'::bigint[], 1000, 'w'`},
-		{"succeedLeased", s.succeedLeased, `1, 1, 'w'`},
+		{"succeedLeased", s.succeedLeased, `'{1,3}'::bigint[], '{1,1}'::int[], 'w'`},
 		{"failLeased", s.failLeased, `1, 1, 'e', 'pending', 0, 'ch', 'retry_scheduled', 'w'`},
 	}
 	// A connection of its own: the prepared statements and the setting

@@ -8,15 +8,12 @@ import "github.com/pgwake/pgwake/internal/sqlident"
 // text), so no function or operator a role creates on the search path can
 // match better than the built-in one.
 type statements struct {
-	// enqueue inserts the jobs of unnest($1..$8), their events and one
-	// wake-up per queue a worker waits on ($9: the channel). Rows: id,
-	// unique_key, wake count; a unique key held by an unfinished job returns
-	// no row for that input.
+	// enqueue calls the SQL API's enqueue_jobs (migration 0008, the one
+	// implementation of enqueue): $1 kinds, $2 payloads, $3 queues, $4
+	// run_after, $5 delays, $6 priorities, $7 max attempts, $8 unique keys
+	// (arrays, one element per job). Row: the ids and duplicate flags, in
+	// input order.
 	enqueue string
-	// enqueueOne is enqueue for one job without arrays: $1 queue, $2 kind,
-	// $3 payload, $4 priority, $5 run_after, $6 delay µs, $7 max attempts,
-	// $8 unique key, $9 channel.
-	enqueueOne string
 	// claim locks due jobs of queue $1 that have no attempt record: up to
 	// $2 held jobs ($3: kinds that run alone) or $5 leased ones ($4: leased
 	// kinds). Rows: claimCols.
@@ -50,8 +47,9 @@ type statements struct {
 	// $3, new state $4 ('pending' or 'failed'), retry after $5 µs, channel $6.
 	// Rows: state, ms until the retry, wake count; none when superseded.
 	fail string
-	// cancel marks pending or running jobs $1 cancelled ($2: channel, to
-	// tell a running job's worker). Rows: the ids it cancelled, tell count.
+	// cancel marks pending or running jobs $1 cancelled (the SQL API's
+	// cancel_jobs, which also tells a running job's worker). Rows: the ids
+	// it cancelled.
 	cancel string
 	// jobState is job $1's state.
 	jobState string
@@ -73,7 +71,8 @@ type statements struct {
 	// already counted): error $3, state $4, retry after $5 µs, channel $6,
 	// owner $7 ('' : an expired lease, rescued). Rows as fail.
 	failLeased string
-	// retry puts failed job $1 back to pending ($2: channel).
+	// retry puts failed job $1 back to pending (the SQL API's retry). Row:
+	// whether it did.
 	retry string
 
 	// lostQueues lists the queues with attempt records older than a few
@@ -82,7 +81,6 @@ type statements struct {
 
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
 	idleBarrier                                                  string
-	uniqueHolders                                                string
 	deleteFinished                                               string
 
 	// periodic and pause are the statements of periodic schedules and
@@ -130,39 +128,11 @@ func newStatements(schema string) statements {
 	return s
 }
 
-// enqueueStatements: jobs and events: enqueue.
+// enqueueStatements: enqueue, through the SQL API. Exact argument types:
+// no overload a role creates elsewhere matches better.
 func (s *statements) enqueueStatements(t tables) {
-	jobs, events, wakeNeeded := t.jobs, t.events, t.wakeNeeded
-	// The wake payload: the queue, plus "|<ms>" when its earliest new job is
-	// that far in the future (parsed by parseWake).
-	enqueueTail := `
-	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
-	RETURNING id, queue, kind, run_after, unique_key
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'enqueued', queue, kind, 0, pg_catalog.jsonb_build_object('run_after', run_after) FROM ins ORDER BY id
-), wake AS (
-	SELECT pg_catalog.pg_notify($9, queue || CASE WHEN min(run_after) > clock_timestamp()
-		THEN '|' || pg_catalog.ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000::numeric)::bigint::text
-		ELSE '' END)
-	FROM ins GROUP BY queue HAVING ` + wakeNeeded + `(queue)
-)
-SELECT id, unique_key, (SELECT count(*) FROM wake) FROM ins`
-	s.enqueue = `
-WITH input AS (
-	SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::jsonb[]),
-		pg_catalog.unnest($4::smallint[]), pg_catalog.unnest($5::timestamptz[]), pg_catalog.unnest($6::float8[]),
-		pg_catalog.unnest($7::int[]), pg_catalog.unnest($8::text[]))
-		WITH ORDINALITY AS t(queue, kind, payload, priority, run_after, delay_us, max_attempts, unique_key, ord)
-), ins AS (
-	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
-	SELECT queue, kind, payload, priority, coalesce(run_after, now() + delay_us * interval '1 microsecond'), max_attempts, unique_key
-	FROM input ORDER BY ord` + enqueueTail
-	s.enqueueOne = `
-WITH ins AS (
-	INSERT INTO ` + jobs + ` (queue, kind, payload, priority, run_after, max_attempts, unique_key)
-	VALUES ($1, $2, $3::jsonb, $4, coalesce($5, now() + $6::float8 * interval '1 microsecond'), $7, $8)` + enqueueTail
-	s.uniqueHolders = `SELECT unique_key, id FROM ` + jobs + ` WHERE unique_key = ANY($1::text[]) AND state IN ('pending', 'running')`
+	s.enqueue = `SELECT e.ids, e.duplicates FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
+	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer) e`
 }
 
 // claimStatements: jobs and attempts: claims.
@@ -176,7 +146,7 @@ func (s *statements) claimStatements(t tables) {
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
-WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + `
+WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + ` AND a.attempt > j.attempts
 ORDER BY a.started_at
 LIMIT 1
 FOR UPDATE OF j SKIP LOCKED`
@@ -232,40 +202,15 @@ WITH j AS (
 )` + failedTailSQL(events)
 	// A running (leased) job is cancelled too, and its worker told to
 	// cancel the handler ("!cancel|<id>": '!' starts no queue name).
-	s.cancel = `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL
-	WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'running')
-	RETURNING id, queue, kind, attempts, leased_by
-), a AS (
-	DELETE FROM ` + attempts + ` WHERE job_id IN (SELECT id FROM j)
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-	SELECT id, 'cancelled', queue, kind, attempts FROM j ORDER BY id
-), tell AS (
-	SELECT pg_catalog.pg_notify($2::text, '!cancel|' || id::text) FROM j WHERE leased_by IS NOT NULL
-)
-SELECT id, (SELECT count(*) FROM tell) FROM j`
+	s.cancel = `SELECT c FROM ` + sqlident.Quote(t.schema, "cancel_jobs") + `($1::bigint[]) c`
+	s.retry = `SELECT ` + sqlident.Quote(t.schema, "retry") + `($1::bigint)`
 	s.jobState = `SELECT state FROM ` + jobs + ` WHERE id = $1`
 	s.notify = `SELECT pg_catalog.pg_notify($1::text, $2::text)`
-	s.retry = `
-WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'pending', run_after = now(), finished_at = NULL,
-		max_attempts = greatest(max_attempts, attempts + 1)
-	WHERE id = $1 AND state = 'failed'
-	RETURNING id, queue, kind, attempts, run_after
-), ev AS (
-	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt, data)
-	SELECT id, 'retried', queue, kind, attempts, pg_catalog.jsonb_build_object('run_after', run_after) FROM j
-), wake AS (
-	SELECT pg_catalog.pg_notify($2, queue) FROM j
-)
-SELECT id, (SELECT count(*) FROM wake) FROM j`
 	// Attempt records whose job finished some other way (cancelled by
 	// an operator after its worker died, deleted by hand).
 	s.lostQueues = `SELECT DISTINCT queue FROM ` + attempts + ` WHERE started_at < now() - interval '5 seconds'`
 	s.pruneStarts = `DELETE FROM ` + attempts + ` a WHERE NOT EXISTS (
-	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND ` + stateIs("j.state", "pending") + `)`
+	SELECT 1 FROM ` + jobs + ` j WHERE j.id = a.job_id AND ` + stateIs("j.state", "pending") + ` AND a.attempt > j.attempts)`
 }
 
 // leasedStatements: jobs and events: leased mode.
@@ -294,12 +239,13 @@ LIMIT 100
 FOR UPDATE SKIP LOCKED`
 	s.succeedLeased = `
 WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
-	WHERE id = $1 AND attempts = $2 AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
-	RETURNING id, queue, kind, attempts
+	UPDATE ` + jobs + ` AS j SET state = 'succeeded', finished_at = clock_timestamp(), lease_expires_at = NULL, leased_by = NULL
+	FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::int[])) AS t(id, attempts)
+	WHERE j.id = t.id AND j.attempts = t.attempts AND ` + stateIs("j.state", "running") + ` AND j.leased_by = $3::text
+	RETURNING j.id, j.queue, j.kind, j.attempts
 ), ev AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
-	SELECT id, 'succeeded', queue, kind, attempts FROM j
+	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
 SELECT id FROM j`
 	s.failLeased = `
@@ -340,7 +286,7 @@ func (s *statements) retentionStatements(t tables) {
 // due, and no attempt record (a job with one is claimed by claimRecovered).
 func claimableSQL(attempts string) string {
 	return `j.state = 'pending' AND j.queue = $1 AND j.run_after <= now()
-	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id)`
+	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id AND a.attempt > j.attempts)`
 }
 
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor

@@ -26,8 +26,8 @@ type periodicStatements struct {
 	resume string
 	// paused lists the paused queues among $1. Rows: queue.
 	paused string
-	// queues lists the queues that are paused, have pending jobs or have
-	// workers. Rows: queue, paused_at (NULL: not paused).
+	// queues lists the queues that are paused or have pending jobs. Rows:
+	// queue, paused_at (NULL: not paused).
 	queues string
 }
 
@@ -35,7 +35,6 @@ func newPeriodicStatements(schema string) periodicStatements {
 	periodic := sqlident.Quote(schema, "periodic")
 	paused := sqlident.Quote(schema, "paused_queues")
 	jobs := sqlident.Quote(schema, "jobs")
-	waiters := sqlident.Quote(schema, "waiters")
 	return periodicStatements{
 		register: `INSERT INTO ` + periodic + ` (name, spec, kind, queue) VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, kind = EXCLUDED.kind, queue = EXCLUDED.queue, updated_at = now()`,
@@ -62,7 +61,6 @@ SELECT (SELECT count(*) FROM d), pg_catalog.pg_notify($2::text, '` + resumePrefi
 ), names AS (
 	SELECT queue FROM pending WHERE queue IS NOT NULL
 	UNION SELECT queue FROM ` + paused + `
-	UNION SELECT queue FROM ` + waiters + ` WHERE heartbeat_at > now() - interval '90 seconds'
 )
 SELECT n.queue, p.paused_at FROM names n LEFT JOIN ` + paused + ` p ON p.queue = n.queue ORDER BY n.queue`,
 	}

@@ -44,12 +44,14 @@ func depVersion(path string) string {
 }
 
 // allSystems are the systems --systems can name, in run order.
-var allSystems = []string{"pgwake", "river-default", "river-tuned", "watermill-default", "watermill-tuned"}
+var allSystems = []string{"pgwake", "pgwake-leased", "river-default", "river-tuned", "watermill-default", "watermill-tuned"}
 
 func newSystem(name string, riverWorkers int) harness.System {
 	switch name {
 	case "pgwake":
 		return &harness.Pgwake{}
+	case "pgwake-leased":
+		return &harness.Pgwake{Leased: true}
 	case "river-default":
 		return &riverSystem{workers: riverWorkers}
 	case "river-tuned":

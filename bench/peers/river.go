@@ -53,7 +53,8 @@ func (r *riverSystem) Config() string {
 func (r *riverSystem) Supports(m harness.Mode) bool { return m != harness.ModeScale }
 
 type benchArgs struct {
-	Seq int64 `json:"seq"`
+	Seq     int64 `json:"seq"`
+	SleepMS int64 `json:"sleep_ms,omitempty"`
 }
 
 func (benchArgs) Kind() string { return "bench" }
@@ -66,6 +67,13 @@ type benchWorker struct {
 func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchArgs]) error {
 	if h := w.sys.handle.Load(); h != nil {
 		(*h)(job.Args.Seq)
+	}
+	if job.Args.SleepMS > 0 {
+		select {
+		case <-time.After(time.Duration(job.Args.SleepMS) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
 }
@@ -102,10 +110,8 @@ func (r *riverSystem) Setup(ctx context.Context, env *harness.Env) error {
 }
 
 func (r *riverSystem) maxWorkers() int {
-	if r.workers > 0 {
-		return r.workers
-	}
-	return r.env.Workers
+	// The concurrent mode's Workers (thousands) is above any --river-workers.
+	return max(r.workers, r.env.Workers)
 }
 
 func (r *riverSystem) maxWorkersText() string {
@@ -130,7 +136,7 @@ func insertOpts(j harness.Job) *river.InsertOpts {
 func (r *riverSystem) InsertMany(ctx context.Context, jobs []harness.Job) error {
 	ps := make([]river.InsertManyParams, len(jobs))
 	for i, j := range jobs {
-		ps[i] = river.InsertManyParams{Args: benchArgs{Seq: j.Seq}, InsertOpts: insertOpts(j)}
+		ps[i] = river.InsertManyParams{Args: benchArgs{Seq: j.Seq, SleepMS: j.Sleep.Milliseconds()}, InsertOpts: insertOpts(j)}
 	}
 	_, err := r.client.InsertManyFast(ctx, ps)
 	return err
@@ -138,7 +144,7 @@ func (r *riverSystem) InsertMany(ctx context.Context, jobs []harness.Job) error 
 
 // Enqueue uses Insert (its own transaction).
 func (r *riverSystem) Enqueue(ctx context.Context, j harness.Job) error {
-	_, err := r.client.Insert(ctx, benchArgs{Seq: j.Seq}, insertOpts(j))
+	_, err := r.client.Insert(ctx, benchArgs{Seq: j.Seq, SleepMS: j.Sleep.Milliseconds()}, insertOpts(j))
 	return err
 }
 

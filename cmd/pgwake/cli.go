@@ -85,6 +85,10 @@ const (
 	envFallbackURL = "DATABASE_URL"
 	envSchema      = "PGWAKE_SCHEMA"
 	envLogLevel    = "PGWAKE_LOG_LEVEL"
+	// envListenerURL is worker --listener-url's variable.
+	envListenerURL = "PGWAKE_LISTENER_URL"
+	// envBrokerURL is events forward --to's variable.
+	envBrokerURL = "PGWAKE_BROKER_URL"
 )
 
 // cliEnv is what a command runs with.

@@ -19,6 +19,9 @@ func TestRedactURL(t *testing.T) {
 		"postgres://db/app":                                 "postgres://db/app",
 		"host=db user=app password=s3cret dbname=app":       "host=db user=app password=xxxxx dbname=app",
 		"postgres://app:s3 cret@[bad/x":                     "postgres://xxxxx@[bad/x",
+		"host=db sslpassword=s3cret sslkey=/k":              "host=db sslpassword=xxxxx sslkey=/k",
+		`host=db password=s3\ cret dbname=app`:              "host=db password=xxxxx dbname=app",
+		"postgres://db/app?sslpassword=s3cret":              "postgres://db/app?sslpassword=xxxxx",
 	} {
 		got := redactURL(in)
 		require.Equal(t, want, got, in)
@@ -103,4 +106,21 @@ func FuzzReadBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in    string
+		lines bool
+		want  string
+	}{
+		{"plain text, ünïcode", false, "plain text, ünïcode"},
+		{"\x1b]0;pwned\x07title", false, `\x1b]0;pwned\x07title`},
+		{"red\x1b[31m\nnext\tcol", true, "red\\x1b[31m\nnext\\x09col"},
+		{"a\nb", false, `a\x0ab`},
+		{"c1 \u009b2J del \x7f bad \xff", false, `c1 \u009b2J del \x7f bad \xff`},
+	} {
+		require.Equal(t, c.want, printable(c.in, c.lines), "%q", c.in)
+	}
 }

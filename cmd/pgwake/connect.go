@@ -169,11 +169,11 @@ func redactURL(s string) string {
 					u.User = url.UserPassword(u.User.Username(), "xxxxx")
 				}
 			}
-			// pgx also takes ?password=... in a URL.
+			// pgx also takes ?password=... (and ?sslpassword=...) in a URL.
 			q := u.Query()
 			changed := false
 			for k := range q {
-				if strings.EqualFold(k, "password") {
+				if strings.Contains(strings.ToLower(k), "password") {
 					q.Set(k, "xxxxx")
 					changed = true
 				}
@@ -191,11 +191,12 @@ func redactURL(s string) string {
 		}
 		return urlPasswordParam.ReplaceAllString(s, "${1}xxxxx")
 	}
-	// keyword/value form: password=..., password = '...'.
+	// keyword/value form: password=..., password = '...', sslpassword=...,
+	// a backslash-escaped space inside an unquoted value.
 	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
 }
 
 var (
-	urlPasswordParam = regexp.MustCompile(`(?i)([?&]password=)[^&#]*`)
-	kvPassword       = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)`)
+	urlPasswordParam = regexp.MustCompile(`(?i)([?&][a-z_]*password=)[^&#]*`)
+	kvPassword       = regexp.MustCompile(`(?is)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)`)
 )

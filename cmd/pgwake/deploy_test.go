@@ -1,21 +1,30 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -91,6 +100,74 @@ func uncompose(t *testing.T, s string) string {
 	return strings.ReplaceAll(s, "$$", "$")
 }
 
+// TestComposeRoles runs the compose demo's roles script (psql) against a
+// real PostgreSQL after the migrations, twice: the roles exist, none is a
+// superuser, the stream role has REPLICATION, and a producer and a worker
+// connected as the compose services are do their work.
+func TestComposeRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := pgtest.Pool(t)
+	dbName := fmt.Sprintf("compose_%08x", rand.Uint32())
+	_, err := admin.Exec(ctx, `CREATE DATABASE `+dbName)
+	require.NoError(t, err)
+	roleNames := []string{"pgwake_producer", "pgwake_worker", "pgwake_operator", "pgwake_stream"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, `DROP DATABASE IF EXISTS `+dbName+` WITH (FORCE)`)
+		for _, r := range roleNames {
+			_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+r)
+		}
+	})
+	u, err := url.Parse(pgtest.URL())
+	require.NoError(t, err)
+	u.Path = "/" + dbName
+	owner := pgtest.PoolOn(t, u.String(), nil)
+	_, err = migrations.Up(ctx, owner, migrations.DefaultSchema)
+	require.NoError(t, err)
+	pass, _ := u.User.Password()
+	for range 2 {
+		cmd := exec.Command("sh", filepath.Join(repoRoot, "deploy/postgres/roles.sh"))
+		cmd.Env = append(cliEnvVars(), "PGHOST="+u.Hostname(), "PGPORT="+u.Port(), "PGUSER="+u.User.Username(),
+			"PGPASSWORD="+pass, "PGDATABASE="+dbName, "PGWAKE_GRANTS="+filepath.Join(repoRoot, "docs/grants.sql"))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	for _, r := range roleNames {
+		var super, repl bool
+		require.NoError(t, owner.QueryRow(ctx, `SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = $1`, r).Scan(&super, &repl))
+		require.False(t, super, r)
+		require.Equal(t, r == "pgwake_stream", repl, r)
+	}
+	as := func(role string) *pgxpool.Pool {
+		ru := *u
+		ru.User = url.UserPassword(role, role)
+		return pgtest.PoolOn(t, ru.String(), func(c *pgxpool.Config) { c.MaxConns = 4 })
+	}
+	prod, err := queue.New(as("pgwake_producer"), queue.Config{})
+	require.NoError(t, err)
+	r, err := prod.Enqueue(ctx, queue.NewJob{Kind: "hello"})
+	require.NoError(t, err)
+	done := make(chan int64, 1)
+	w, err := queue.New(as("pgwake_worker"), queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		Handlers: map[string]queue.Handler{"hello": queue.HandlerFunc(func(_ context.Context, _ pgx.Tx, j *queue.Job) error {
+			done <- j.ID
+			return nil
+		})},
+	})
+	require.NoError(t, err)
+	stop := pgtest.RunInBackground(t, "compose worker", w.Run)
+	defer stop()
+	select {
+	case id := <-done:
+		require.Equal(t, r.ID, id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker role did not run the producer role's job")
+	}
+}
+
 func TestComposeServices(t *testing.T) {
 	t.Parallel()
 	c := loadCompose(t)
@@ -107,19 +184,30 @@ func TestComposeServices(t *testing.T) {
 	wantURL := fmt.Sprintf("postgres://%s:%s@postgres:5432/%s?sslmode=disable", user, pass, db)
 
 	// Every pgwake service runs the image built from the repo's Dockerfile
-	// and points at that database.
-	for _, name := range []string{"migrate", "worker", "producer"} {
+	// and points at that database: migrate as the owner, the worker and the
+	// producer as their roles of docs/grants.sql, which the roles service
+	// creates after the migrations (TestComposeRoles runs its script).
+	for name, role := range map[string]string{"migrate": "", "worker": "pgwake_worker", "producer": "pgwake_producer"} {
 		s := c.Services[name]
 		require.Equal(t, "pgwake:local", s.Image, name)
-		require.Equal(t, wantURL, s.Environment[envDatabaseURL], name)
+		want := wantURL
+		if role != "" {
+			want = fmt.Sprintf("postgres://%s:%s@postgres:5432/%s?sslmode=disable", role, role, db)
+			require.Equal(t, "service_completed_successfully", s.DependsOn["roles"]["condition"], name)
+		}
+		require.Equal(t, want, s.Environment[envDatabaseURL], name)
 	}
+	roles := c.Services["roles"]
+	require.Equal(t, pg.Image, roles.Image)
+	require.Equal(t, "service_completed_successfully", roles.DependsOn["migrate"]["condition"])
+	require.Equal(t, []string{"sh", "/roles.sh"}, roles.Entrypoint)
+	require.ElementsMatch(t, []string{"./deploy/postgres/roles.sh:/roles.sh:ro", "./docs/grants.sql:/grants.sql:ro"}, roles.Volumes)
+	require.Equal(t, map[string]string{"PGHOST": "postgres", "PGUSER": user, "PGPASSWORD": pass, "PGDATABASE": db}, roles.Environment)
 	for _, name := range []string{"migrate", "worker", "producer"} {
 		require.Equal(t, ".", c.Services[name].Build, "%s builds the image from the repo's Dockerfile (nothing to pull)", name)
 	}
 	require.Equal(t, []string{"migrate"}, commandList(t, c.Services["migrate"].Command))
 	require.Equal(t, "service_healthy", c.Services["migrate"].DependsOn["postgres"]["condition"])
-	require.Equal(t, "service_completed_successfully", c.Services["worker"].DependsOn["migrate"]["condition"])
-	require.Equal(t, "service_completed_successfully", c.Services["producer"].DependsOn["migrate"]["condition"])
 
 	df, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	require.NoError(t, err)

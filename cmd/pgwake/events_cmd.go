@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/events"
@@ -26,7 +28,8 @@ func init() {
 		summary: "the event log: tail, forward to NATS/RabbitMQ, replay, verify, slots",
 		usage: `Usage: pgwake events tail [--slot NAME]
        pgwake events forward --to nats://HOST:4222 | amqp://USER:PASS@HOST:5672/ [--slot NAME]
-                             [--topic T] [--topic-by type|queue] [--metrics-addr ADDR]
+                             [--topic T] [--topic-by type|queue] [--dead-letter-topic T|off]
+                             [--metrics-addr ADDR]
        pgwake events replay [--after-id N] [--since TIME|DURATION]
        pgwake events verify
        pgwake events slots [--json]
@@ -38,14 +41,20 @@ replication (needs wal_level = logical and a role with REPLICATION), or read
 from the table. Events are JSON objects, one per line, in the versioned
 encoding of docs/events.md.
 
-tail       live events on stdout. Without --slot a temporary slot is used and
-           vanishes on exit; with --slot the persistent slot resumes where the
-           last run stopped (drop it when done: it retains WAL).
+tail       live events on stdout, each once, without gaps across reconnects.
+           Without --slot a slot of this run (<schema>_tail_<random>) is
+           used and dropped on exit (after a SIGKILL it stays: drop it with
+           drop-slot); with --slot the persistent slot resumes where the last
+           run stopped and is kept (drop it when done: it retains WAL).
 forward    a long-running forwarder to NATS JetStream (--to nats://...) or
            RabbitMQ (--to amqp://...): at-least-once, in commit order,
            resumable from the slot (default <schema>_events) after any crash.
            Topic: --topic (default pgwake.events), or --topic-by type|queue
-           for <topic>.<type> / <topic>.<queue>. NATS: the JetStream stream
+           for <topic>.<type> / <topic>.<queue> (a name that is no valid
+           subject is escaped: a..b -> a%2E%2Eb). An event its topic refuses
+           5 times while --dead-letter-topic (default <topic>._dead_letter)
+           accepts it goes there, logged with its id; a broker outage
+           refuses both and is retried. NATS: the JetStream stream
            --nats-stream (default PGWAKE_EVENTS) is created for <topic> and
            <topic>.>. RabbitMQ: a durable fanout exchange per topic.
 replay     events from the table in id order, from --after-id and/or --since
@@ -97,16 +106,36 @@ func runEvents(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 // linePublisher is a Watermill publisher that writes each message's payload
-// as one line.
+// as one line. With dedupe it skips a message at or before the last one it
+// wrote (by commit LSN, then event id): a stream resuming from its slot
+// after a reconnect publishes the unacknowledged tail again, and a person
+// watching should see each event once.
 type linePublisher struct {
-	mu sync.Mutex
-	w  *bufio.Writer
+	mu     sync.Mutex
+	w      *bufio.Writer
+	dedupe bool
+	lsn    pglogrepl.LSN
+	id     int64
 }
 
 func (p *linePublisher) Publish(_ string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, m := range msgs {
+		if p.dedupe {
+			lsn, err := events.MessageLSN(m)
+			if err != nil {
+				return err
+			}
+			id, err := events.MessageEventID(m)
+			if err != nil {
+				return err
+			}
+			if lsn < p.lsn || (lsn == p.lsn && id <= p.id) {
+				continue // written before the reconnect
+			}
+			p.lsn, p.id = lsn, id
+		}
 		if _, err := p.w.Write(m.Payload); err != nil {
 			return err
 		}
@@ -121,13 +150,13 @@ func (p *linePublisher) Close() error { return nil }
 
 func eventsTail(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	slot := fs.String("slot", "", "persistent slot to resume from (default: a temporary slot)")
+	slot := fs.String("slot", "", "persistent slot to resume from and keep (default: a slot of this run, dropped on exit)")
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	temporary := *slot == ""
-	if temporary {
+	own := *slot == ""
+	if own {
 		base := env.schema
 		if len(base) > 40 {
 			base = base[:40]
@@ -142,28 +171,44 @@ func eventsTail(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	s, err := events.New(pool, events.Config{Schema: env.schema, Slot: *slot, TemporarySlot: temporary,
-		Publication: *pubName, Publisher: &linePublisher{w: bufio.NewWriter(env.stdout)}, Logger: env.log,
+	// A slot of this run, not a temporary one: a temporary slot dies with
+	// its connection, and its successor after a reconnect would start at
+	// the current WAL position, skipping what was committed meanwhile.
+	s, err := events.New(pool, events.Config{Schema: env.schema, Slot: *slot,
+		Publication: *pubName, Publisher: &linePublisher{w: bufio.NewWriter(env.stdout), dedupe: true}, Logger: env.log,
 		StatusInterval: 5 * time.Second})
 	if err != nil {
 		return usagef("%v", err)
 	}
-	env.log.Info("tailing events", zap.String("slot", *slot), zap.Bool("temporary", temporary))
+	if own {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := events.DropSlot(dctx, pool, *slot, true); err != nil && !errors.Is(err, events.ErrSlotNotFound) {
+				env.log.Warn("could not drop the tail's slot; drop it with pgwake events drop-slot", zap.String("slot", *slot), zap.Error(err))
+			}
+		}()
+	}
+	env.log.Info("tailing events", zap.String("slot", *slot), zap.Bool("dropped_on_exit", own))
 	return s.Run(ctx)
 }
 
 func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (required)")
+	to := fs.String("to", "", "broker URL: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/ (default $"+envBrokerURL+"; one of them is required; prefer the variable for a URL with a password: flags show in ps)")
 	slot := fs.String("slot", "", "replication slot (default <schema>_events)")
 	pubName := fs.String("publication", "", "publication on the events table (default <schema>_events)")
 	topic := fs.String("topic", "pgwake.events", "topic, or topic prefix with --topic-by")
 	topicBy := fs.String("topic-by", "", "one topic per event type or queue: type, queue (default one topic)")
+	deadLetter := fs.String("dead-letter-topic", "", "topic for an event its own topic refuses 5 times while this one accepts it (default <topic>._dead_letter; \"off\": retry for ever)")
 	natsStream := fs.String("nats-stream", "PGWAKE_EVENTS", "JetStream stream for NATS")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9465", "address for /metrics and /healthz; \"off\" to disable")
 	lagWarn := fs.Int64("lag-warn-bytes", 1<<30, "warn when the slot retains more WAL than this")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
+	}
+	if *to == "" {
+		*to = os.Getenv(envBrokerURL)
 	}
 	var topicFn events.TopicFunc
 	switch *topicBy {
@@ -181,17 +226,23 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 			return usagef("--slot: %v", err)
 		}
 	}
+	switch *deadLetter {
+	case "":
+		*deadLetter = *topic + "._dead_letter"
+	case "off":
+		*deadLetter = ""
+	}
 	var pub message.Publisher
 	var err error
 	switch {
 	case *to == "":
-		return usagef("--to is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/")
+		return usagef("--to or %s is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/", envBrokerURL)
 	case strings.HasPrefix(*to, "nats://") || strings.HasPrefix(*to, "tls://"):
 		pub, err = natsbridge.NewPublisher(natsbridge.Config{URL: *to, Stream: *natsStream, Subjects: []string{*topic, *topic + ".>"}})
 	case strings.HasPrefix(*to, "amqp://") || strings.HasPrefix(*to, "amqps://"):
 		pub, err = amqpbridge.NewPublisher(amqpbridge.Config{URL: *to})
 	default:
-		return usagef("--to %q: use a nats:// or amqp:// URL", redactURL(*to))
+		return usagef("--to %q: use a nats:// or amqp:// URL", redactBrokerURL(*to))
 	}
 	if err != nil {
 		return err
@@ -204,11 +255,11 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	defer pool.Close()
 	reg := newRegistry()
 	s, err := events.New(pool, events.Config{Schema: env.schema, Slot: *slot, Publication: *pubName,
-		Publisher: pub, Topic: topicFn, Logger: env.log, Registerer: reg, LagWarnBytes: *lagWarn})
+		Publisher: pub, Topic: topicFn, DeadLetterTopic: *deadLetter, Logger: env.log, Registerer: reg, LagWarnBytes: *lagWarn})
 	if err != nil {
 		return usagef("%v", err)
 	}
-	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactURL(*to))}
+	fields := []zap.Field{zap.String("slot", s.Slot()), zap.String("to", redactBrokerURL(*to))}
 	if !metricsOff(*metricsAddr) {
 		ms, err := listenMetrics(*metricsAddr, reg, pool, env.log)
 		if err != nil {
@@ -224,6 +275,15 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	env.log.Info("forwarder stopped", zap.String("acked", s.Acked().String()))
 	return nil
+}
+
+// redactBrokerURL hides a broker URL's credentials: NATS takes a token as
+// the user part, so the whole user part goes.
+func redactBrokerURL(s string) string {
+	if strings.HasPrefix(s, "amqp") {
+		return redactURL(s)
+	}
+	return natsbridge.RedactURL(s)
 }
 
 // parseSince reads an RFC 3339 time or a duration meaning that long ago.

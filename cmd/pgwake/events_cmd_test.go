@@ -115,6 +115,18 @@ func TestEventsCommandErrors(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "AMQP broker unreachable")
 	require.NotContains(t, r.stderr, "pw@")
+	// The broker URL from the environment (no password in ps), redacted in
+	// errors: a NATS token, user and password.
+	for _, u := range []string{"nats://t0kenSECRET@127.0.0.1:1", "nats://app:s3cretPW@127.0.0.1:1", "kafka://app:s3cretPW@x"} {
+		r = pgwakeEnv(t, []string{envDatabaseURL + "=" + pgtest.URL(), envBrokerURL + "=" + u}, "", "events", "forward")
+		require.NotEqual(t, 0, r.code, u)
+		require.Contains(t, r.stderr, "xxxxx@", u)
+		require.NotContains(t, r.stderr, "t0kenSECRET", u)
+		require.NotContains(t, r.stderr, "s3cretPW", u)
+	}
+	r = pgwakeEnv(t, []string{envDatabaseURL + "=" + pgtest.URL()}, "", "events", "forward")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, envBrokerURL)
 	r = pgwake(t, "", "events", "replay", "--since", "yesterday")
 	require.Equal(t, 2, r.code)
 	r = pgwake(t, "", "events", "nope")
@@ -162,4 +174,88 @@ func TestEventsForwardToNATS(t *testing.T) {
 	p.signal(syscall.SIGINT)
 	require.Equal(t, 0, p.wait())
 	require.Contains(t, p.stderr.String(), "forwarder stopped")
+}
+
+// tail prints every event once across reconnects: its walsender is
+// terminated twice while a producer commits events.
+func TestEventsTailHasNoGapAcrossReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := eventsSchema(t)
+	p := startPgwake(t, "events", "tail", "--schema", schema)
+	p.waitStderr(regexp.MustCompile(`streaming events`))
+	c, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(t, err)
+	pctx, stopProducer := context.WithCancel(ctx)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for pctx.Err() == nil {
+			_, _ = c.EnqueueMany(ctx, []queue.NewJob{{Kind: "a"}, {Kind: "b"}, {Kind: "c"}})
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	printed := func() []string { return strings.Fields(p.stdout.String()) }
+	for round := 1; round <= 2; round++ {
+		before := len(printed())
+		waitFor(t, "events printed", func() bool { return len(printed()) > before+30 })
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+			WHERE slot_name LIKE $1 AND active_pid IS NOT NULL`, schema+`\_tail\_%`).Scan(&n))
+		require.Equal(t, int64(1), n)
+		waitFor(t, "reconnected", func() bool { return strings.Count(p.stderr.String(), "streaming events") > round })
+	}
+	stopProducer()
+	<-produced
+	var total int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.events`).Scan(&total))
+	waitFor(t, "every event printed", func() bool { return len(printed()) >= total })
+	seen := map[int64]int{}
+	for _, l := range printed() {
+		ev, err := events.Decode([]byte(l))
+		require.NoError(t, err)
+		seen[ev.ID]++
+	}
+	for id, n := range seen {
+		require.Equal(t, 1, n, "event %d printed %d times", id, n)
+	}
+	require.Len(t, seen, total, "every event of the table printed")
+	t.Logf("%d events printed once each across 2 reconnects", total)
+	p.signal(syscall.SIGINT)
+	require.Equal(t, 0, p.wait())
+	slots, err := events.Slots(ctx, pool)
+	require.NoError(t, err)
+	for _, s := range slots {
+		require.False(t, strings.HasPrefix(s.Name, schema), "slot %s left behind", s.Name)
+	}
+}
+
+// A slot whose history predates the publication cannot be streamed: tail
+// exits 1 within 5 s with one line that says why and what to do.
+func TestEventsTailStopsOnAPermanentError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := eventsSchema(t)
+	slot := schema + "_kept"
+	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = events.DropSlot(context.Background(), pool, slot, true) })
+	c, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = c.Enqueue(ctx, queue.NewJob{Kind: "a"}) // before any publication exists
+	require.NoError(t, err)
+	pgwakeBin(t) // built before the clock starts
+	start := time.Now()
+	r := pgwake(t, "", "events", "tail", "--schema", schema, "--slot", slot)
+	took := time.Since(start)
+	require.Equal(t, 1, r.code, "stderr: %s", r.stderr)
+	require.Less(t, took, 5*time.Second)
+	var last string
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if strings.HasPrefix(l, "pgwake events: ") {
+			last = l
+		}
+	}
+	require.Contains(t, last, "does not exist", r.stderr)
+	require.Contains(t, last, "drop-slot", r.stderr)
 }

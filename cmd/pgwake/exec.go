@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +29,39 @@ const stderrTailBytes = 2048
 // context ends: timeout or hard shutdown.
 type execHandler struct {
 	command string
+	env     []string  // the command's environment, before the job's variables
 	stdout  io.Writer // the handler's stdout is copied here
 	stderr  io.Writer // and its stderr here (besides the tail kept)
 	procs   *procGroups
+}
+
+// connectionEnv are the variables that hold pgwake's connection settings:
+// its own URLs and the libpq variables pgx reads. Every PGWAKE_ variable is
+// pgwake's too.
+var connectionEnv = map[string]bool{
+	envFallbackURL: true, "PGHOST": true, "PGPORT": true, "PGDATABASE": true, "PGUSER": true,
+	"PGPASSWORD": true, "PGPASSFILE": true, "PGSERVICE": true, "PGSERVICEFILE": true, "PGAPPNAME": true,
+	"PGCONNECT_TIMEOUT": true, "PGSSLMODE": true, "PGSSLKEY": true, "PGSSLCERT": true, "PGSSLROOTCERT": true,
+	"PGSSLPASSWORD": true, "PGSSLSNI": true, "PGSSLNEGOTIATION": true, "PGTARGETSESSIONATTRS": true,
+	"PGOPTIONS": true, "PGREQUIRESSL": true,
+}
+
+// handlerEnviron is environ (os.Environ()) for handler commands: without
+// pgwake's connection settings (database and broker URLs, passwords),
+// unless passConnection.
+func handlerEnviron(environ []string, passConnection bool) []string {
+	if passConnection {
+		return environ
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if connectionEnv[k] || strings.HasPrefix(k, "PGWAKE_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // procGroups tracks running commands so a hard stop can kill them all.
@@ -68,7 +98,7 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	cmd := exec.Command("sh", "-c", h.command)
 	cmd.SysProcAttr = handlerSysProcAttr()
 	cmd.Stdin = bytes.NewReader(job.Payload)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(slices.Clip(h.env),
 		"PGWAKE_JOB_ID="+strconv.FormatInt(job.ID, 10),
 		"PGWAKE_JOB_KIND="+job.Kind,
 		"PGWAKE_JOB_QUEUE="+job.Queue,
@@ -77,8 +107,15 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 		"PGWAKE_JOB_PRIORITY="+strconv.Itoa(job.Priority),
 	)
 	tail := &tailBuffer{max: stderrTailBytes}
-	cmd.Stdout = h.stdout
-	cmd.Stderr = io.MultiWriter(tail, h.stderr)
+	// The command's output is copied line by line, each line prefixed with
+	// the job and escaped: a command cannot forge pgwake's log lines or
+	// send escape sequences to the terminal reading them.
+	out := newLineWriter(h.stdout, fmt.Sprintf("job %d %s stdout: ", job.ID, printable(job.Kind, false)))
+	errOut := newLineWriter(h.stderr, fmt.Sprintf("job %d %s stderr: ", job.ID, printable(job.Kind, false)))
+	defer out.flush()
+	defer errOut.flush()
+	cmd.Stdout = out
+	cmd.Stderr = io.MultiWriter(tail, errOut)
 	// A background process the command left behind may hold its output
 	// open; stop reading shortly after the command itself has exited.
 	cmd.WaitDelay = 2 * time.Second
@@ -132,6 +169,61 @@ func (h *execHandler) result(err error, tail *tailBuffer) error {
 		return fmt.Errorf("exit status %d%s", ee.ExitCode(), tail.suffix())
 	}
 	return fmt.Errorf("command: %w%s", err, tail.suffix())
+}
+
+// lineWriterMax is the longest line a lineWriter holds back; a longer one is
+// written in pieces of this size.
+const lineWriterMax = 16 << 10
+
+// lineWriter writes each line written to it as prefix + the line with
+// control characters escaped (printable), in one Write of w per line.
+type lineWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func newLineWriter(w io.Writer, prefix string) *lineWriter {
+	return &lineWriter{w: w, prefix: prefix}
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 && len(l.buf) < lineWriterMax {
+			return len(p), nil
+		}
+		if i < 0 {
+			i = lineWriterMax
+		}
+		line := l.buf[:i]
+		rest := l.buf[min(i+1, len(l.buf)):]
+		if i == lineWriterMax {
+			rest = l.buf[i:]
+		}
+		l.emit(line)
+		l.buf = append(l.buf[:0], rest...)
+	}
+}
+
+// emit writes one line; errors of w are ignored, as a full log must not
+// fail the job.
+func (l *lineWriter) emit(line []byte) {
+	_, _ = io.WriteString(l.w, l.prefix+printable(strings.TrimSuffix(string(line), "\r"), false)+"\n")
+}
+
+// flush writes what is left of an unfinished last line.
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.emit(l.buf)
+		l.buf = l.buf[:0]
+	}
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -178,8 +178,9 @@ ORDER BY id DESC LIMIT $4`
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tLAST ERROR")
 	for _, j := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State, j.Attempts, j.MaxAttempts,
-			j.RunAfter.Local().Format("2006-01-02 15:04:05"), shorten(j.LastError, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, printable(j.Queue, false), printable(j.Kind, false),
+			printable(j.State, false), j.Attempts, j.MaxAttempts,
+			j.RunAfter.Local().Format("2006-01-02 15:04:05"), printable(shorten(j.LastError, 60), false))
 	}
 	return tw.Flush()
 }
@@ -228,6 +229,8 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	w := env.stdout
 	ts := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 MST") }
+	// Anyone who can write a job chose these strings: no terminal escapes.
+	j.Queue, j.Kind, j.State, j.UniqueKey = printable(j.Queue, false), printable(j.Kind, false), printable(j.State, false), printable(j.UniqueKey, false)
 	fmt.Fprintf(w, "job %d\n", j.ID)
 	if deleted {
 		fmt.Fprintf(w, "  (row deleted by retention; history from the event log)\n  queue:        %s\n  kind:         %s\n", j.Queue, j.Kind)
@@ -243,9 +246,9 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(w, "  unique key:   %s\n", j.UniqueKey)
 	}
 	if j.LastError != "" {
-		fmt.Fprintf(w, "  last error:   %s\n", indentMore(j.LastError))
+		fmt.Fprintf(w, "  last error:   %s\n", indentMore(printable(j.LastError, true)))
 	}
-	fmt.Fprintf(w, "  payload:      %s\n", shorten(string(j.Payload), 2000))
+	fmt.Fprintf(w, "  payload:      %s\n", printable(shorten(string(j.Payload), 2000), false))
 	return printEvents(w, j.Events, ts)
 }
 
@@ -255,9 +258,9 @@ func printEvents(w io.Writer, events []eventRow, ts func(time.Time) string) erro
 	for _, e := range events {
 		data := ""
 		if len(e.Data) > 0 && string(e.Data) != "{}" {
-			data = shorten(string(e.Data), 200)
+			data = printable(shorten(string(e.Data), 200), false)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\tattempt %d\t%s\n", ts(e.At), e.Type, e.Attempt, data)
+		fmt.Fprintf(tw, "  %s\t%s\tattempt %d\t%s\n", ts(e.At), printable(e.Type, false), e.Attempt, data)
 	}
 	return tw.Flush()
 }

@@ -16,8 +16,12 @@ func init() {
 
 Applies pgwake's embedded SQL migrations to the schema (up, the default) or
 lists every migration with when it was applied (status). Safe to run from
-several processes at once: an advisory lock serialises them, and applied
-migrations are skipped.
+several processes at once: a lock on the schema_migrations table serialises
+them, and applied migrations are skipped.
+
+up refuses a schema (or schema_migrations table) that exists and is owned by
+a role other than yours, one you belong to, or a superuser: its owner
+controls what runs there. --allow-foreign-schema migrates it anyway.
 
 Example:
   PGWAKE_DATABASE_URL=postgres://app@localhost/app pgwake migrate
@@ -28,6 +32,7 @@ Example:
 
 func runMigrate(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
+	allowForeign := fs.Bool("allow-foreign-schema", false, "up: migrate a schema owned by a role you do not belong to")
 	if err := env.parse(fs, args); err != nil {
 		return err
 	}
@@ -49,7 +54,7 @@ func runMigrate(ctx context.Context, env *cliEnv, args []string) error {
 	defer pool.Close()
 
 	if action == "up" {
-		ran, err := migrations.Up(ctx, pool, env.schema)
+		ran, err := migrations.UpWithOptions(ctx, pool, env.schema, migrations.Options{AllowForeignSchema: *allowForeign})
 		if err != nil {
 			return err
 		}

@@ -20,8 +20,8 @@ func init() {
        pgwake queues pause QUEUE
        pgwake queues resume QUEUE
 
-list    queues that are paused, have pending jobs or have running workers,
-        with their pause state.
+list    queues that are paused or have pending jobs, with their pause
+        state.
 pause   stops every worker on the schema from claiming the queue's jobs
         (running workers obey within about 100 ms, by a notification on the
         wake channel; at most their --poll-interval if it is lost). Jobs
@@ -121,7 +121,7 @@ func runQueues(ctx context.Context, env *cliEnv, args []string) error {
 		return json.NewEncoder(env.stdout).Encode(out)
 	}
 	if len(qs) == 0 {
-		_, err := fmt.Fprintln(env.stdout, "no queues paused, pending or worked")
+		_, err := fmt.Fprintln(env.stdout, "no queue is paused or has pending jobs")
 		return err
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)

@@ -49,7 +49,10 @@ func listenMetrics(addr string, reg *prometheus.Registry, pool *pgxpool.Pool, lo
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable: "+connectCause(err), http.StatusServiceUnavailable)
+			// The cause (which may name the role, host or database) goes
+			// to the log, not to whoever can reach the endpoint.
+			log.Warn("health check failed: database unreachable", zap.String("cause", connectCause(err)))
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

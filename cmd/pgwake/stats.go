@@ -193,7 +193,7 @@ func printStatsTable(w io.Writer, st []queueStats) error {
 		if s.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Queue, s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest, state)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", printable(s.Queue, false), s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest, state)
 	}
 	return tw.Flush()
 }

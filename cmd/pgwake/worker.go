@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -31,8 +32,14 @@ group:
   - exit status 0 is success; anything else fails the attempt, and the last
     2 KiB of stderr become the job's error (retried with backoff until
     max attempts, then failed);
-  - stdout and stderr are copied to the worker's stdout and stderr;
-  - the command inherits the worker's environment and working directory;
+  - stdout and stderr are copied to the worker's stdout and stderr line by
+    line, each line prefixed "job ID KIND stdout: " (or stderr) and with
+    control characters escaped (\x1b), so they cannot pass for pgwake's log
+    lines or drive a terminal;
+  - the command inherits the worker's environment and working directory,
+    except pgwake's connection settings: DATABASE_URL, every PGWAKE_
+    variable and the libpq variables (PGPASSWORD, PGHOST, ...) are removed
+    unless --handler-connection-env is given;
   - when the attempt's timeout (--job-timeout, or --kind-timeout for the
     kind) runs out, the whole process group is killed (SIGKILL).
 A job of a kind with no --handler fails its attempt ("no handler registered").
@@ -91,6 +98,7 @@ type workerOptions struct {
 	leased          []string
 	leaseDuration   time.Duration
 	periodic        []queue.PeriodicJob
+	handlerConnEnv  bool
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
@@ -108,6 +116,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
+	fs.BoolVar(&o.handlerConnEnv, "handler-connection-env", false, "pass pgwake's connection settings (DATABASE_URL, PGWAKE_*, PGPASSWORD and the other libpq PG* variables) to handler commands; default: removed from their environment")
 	checkRetention := retentionFlags(fs, "retain-", &o.retention)
 	fs.Var(&periodicFlags, "periodic", "'SPEC KIND [JSON]': enqueue a KIND job (payload JSON) once per slot of SPEC (cron, or @every D), whatever the number of workers; repeatable")
 	periodicQueue := fs.String("periodic-queue", "", "queue of the --periodic jobs (default: the first of --queues)")
@@ -117,7 +126,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if o.listenerURL == "" {
-		o.listenerURL = envOr("PGWAKE_LISTENER_URL", "")
+		o.listenerURL = envOr(envListenerURL, "")
 	}
 	var err error
 	if o.queues, err = parseQueues(*queues); err != nil {
@@ -185,8 +194,9 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	procs := newProcGroups()
 	env.onHardStop(procs.killAll)
 	handlers := make(map[string]queue.Handler, len(o.handlers))
+	environ := handlerEnviron(os.Environ(), o.handlerConnEnv)
 	for kind, command := range o.handlers {
-		handlers[kind] = &execHandler{command: command, stdout: env.stdout, stderr: env.stderr, procs: procs}
+		handlers[kind] = &execHandler{command: command, env: environ, stdout: env.stdout, stderr: env.stderr, procs: procs}
 	}
 	qs := make(map[string]queue.QueueConfig, len(o.queues))
 	for _, q := range o.queues {

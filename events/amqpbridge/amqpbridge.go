@@ -1,7 +1,12 @@
-// Package amqpbridge publishes pgwake events to RabbitMQ (AMQP 0.9.1)
-// through watermill-amqp: a Watermill message.Publisher for
-// events.Config.Publisher with publisher confirms on, so the stream
-// acknowledges a WAL position only once the broker took the events.
+// Package amqpbridge publishes pgwake events to RabbitMQ (AMQP 0.9.1): a
+// Watermill message.Publisher for events.Config.Publisher with publisher
+// confirms on, so the stream acknowledges a WAL position only once the
+// broker took the events. By default it sends a call's messages on one
+// confirm-mode channel without waiting and awaits their confirms
+// afterwards (events.AsyncPublisher: several batches on the wire);
+// SyncPublish uses watermill-amqp's publisher (a confirm round trip per
+// message). Messages are in watermill-amqp's wire format
+// (DefaultMarshaler), so its subscribers read them.
 //
 // Topology: each topic is a durable fanout exchange of that name; messages
 // are persistent. Bind your queues to it (watermill-amqp's durable pub/sub
@@ -12,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -22,7 +28,13 @@ import (
 type Config struct {
 	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/.
 	URL string
-	// Logger gets watermill's logs. Default none.
+	// ConfirmTimeout bounds the wait for the confirms of one Publish call.
+	// Default 30s.
+	ConfirmTimeout time.Duration
+	// SyncPublish publishes with watermill-amqp's Publisher, waiting for
+	// each message's confirm before sending the next. Default false.
+	SyncPublish bool
+	// Logger gets watermill's logs (SyncPublish only). Default none.
 	Logger watermill.LoggerAdapter
 }
 
@@ -48,6 +60,12 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
+	}
+	if cfg.ConfirmTimeout == 0 {
+		cfg.ConfirmTimeout = 30 * time.Second
+	}
+	if !cfg.SyncPublish {
+		return newAsyncPublisher(cfg.URL, cfg.ConfirmTimeout)
 	}
 	pub, err := wmamqp.NewPublisher(PubSubConfig(cfg.URL), cfg.Logger)
 	if err != nil {

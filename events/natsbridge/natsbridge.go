@@ -13,8 +13,11 @@
 package natsbridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -76,7 +79,7 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, cfg.URL, err)
+		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, RedactURL(cfg.URL), err)
 	}
 	if err := EnsureStream(nc, cfg.Stream, cfg.Subjects); err != nil {
 		nc.Close()
@@ -136,34 +139,70 @@ type asyncPublisher struct {
 // which a retry with the same UUIDs does not duplicate within the stream's
 // duplicate window).
 func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
+	wait, err := p.PublishAsync(topic, msgs...)
+	if err != nil {
+		return err
+	}
+	return wait(context.Background())
+}
+
+// PublishAsync sends msgs to subject topic in order without waiting; wait
+// returns once JetStream acknowledged every one of them, or with the first
+// error, after AckTimeout or when ctx is done. It implements
+// events.AsyncPublisher, so the stream keeps several batches on the wire.
+func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func(ctx context.Context) error, err error) {
 	futures := make([]nats.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		nm, err := p.m.Marshal(topic, m)
 		if err != nil {
-			return fmt.Errorf("natsbridge: %w", err)
+			return nil, fmt.Errorf("natsbridge: %w", err)
 		}
-		f, err := p.js.PublishMsgAsync(nm, nats.MsgId(m.UUID))
+		// Past the pending limit, wait for room as long as for an ack.
+		f, err := p.js.PublishMsgAsync(nm, nats.MsgId(m.UUID), nats.StallWait(p.timeout))
 		if err != nil {
-			return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+			return nil, fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
 		}
 		futures = append(futures, f)
 	}
-	timeout := time.NewTimer(p.timeout)
-	defer timeout.Stop()
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
-		case <-timeout.C:
-			return fmt.Errorf("natsbridge: publishing to %s: no acknowledgement from JetStream within %s", topic, p.timeout)
+	sent := time.Now()
+	return func(ctx context.Context) error {
+		timeout := time.NewTimer(p.timeout - time.Since(sent))
+		defer timeout.Stop()
+		for _, f := range futures {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, ctx.Err())
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+			case <-timeout.C:
+				return fmt.Errorf("natsbridge: publishing to %s: no acknowledgement from JetStream within %s", topic, p.timeout)
+			}
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // Close closes the connection.
 func (p *asyncPublisher) Close() error {
 	p.nc.Close()
 	return nil
+}
+
+// RedactURL hides the credentials of each URL of a NATS server list (comma
+// separated): user and password, or a token (which NATS takes as the user
+// part). An unparsable URL is replaced whole.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+		case u.User != nil:
+			u.User = url.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -83,7 +83,7 @@ func TestStreamToJetStreamInCommitOrder(t *testing.T) {
 		require.NoError(t, err, "%d of %d events arrived", len(seen), len(table))
 		ev, err := events.Decode(msg.Data)
 		require.NoError(t, err)
-		require.Equal(t, prefix+"."+ev.Queue, msg.Subject)
+		require.Equal(t, prefix+"."+events.SubjectSafe(ev.Queue), msg.Subject)
 		require.Equal(t, events.MessageUUID(e.Schema, ev.ID), msg.Header.Get(nats.MsgIdHdr))
 		lsn, err := pglogreplParse(msg.Header.Get(events.MetaLSN))
 		require.NoError(t, err)
@@ -94,11 +94,60 @@ func TestStreamToJetStreamInCommitOrder(t *testing.T) {
 	eventstest.CheckDelivery(t, got, table)
 }
 
+// Queue names that cannot form a subject ("a..b", "c.") are mapped by
+// TopicPerQueue, so their events reach JetStream instead of failing
+// ("no responders") and being retried for ever.
+func TestQueueNamesThatAreNoSubjectAreMapped(t *testing.T) {
+	t.Parallel()
+	e := eventstest.NewEnv(t)
+	ctx := context.Background()
+	prefix := "pgwake_test_" + randomName()
+	stream := strings.ToUpper(prefix)
+	natstest.KeepJetStream(t)
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".>"}})
+	require.NoError(t, err)
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = js.DeleteStream(stream)
+		nc.Close()
+		_ = pub.Close()
+	})
+	cfg := e.Config(pub)
+	cfg.Topic = events.TopicPerQueue(prefix)
+	_, stopStream := e.RunStream(cfg)
+	defer stopStream()
+	c := e.QueueClient(1)
+	_, err = c.EnqueueMany(ctx, []queue.NewJob{{Kind: "ok", Queue: "a..b"}, {Kind: "ok", Queue: "c."}, {Kind: "ok", Queue: "d.e"}})
+	require.NoError(t, err)
+	sub, err := js.SubscribeSync(prefix+".>", nats.OrderedConsumer(), nats.DeliverAll())
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	var subjects []string
+	for range 3 {
+		msg, err := sub.NextMsg(30 * time.Second)
+		require.NoError(t, err, "subjects so far %v", subjects)
+		subjects = append(subjects, msg.Subject)
+	}
+	require.Equal(t, []string{prefix + ".a%2E%2Eb", prefix + ".c%2E", prefix + ".d.e"}, subjects)
+}
+
 func TestUnreachableServer(t *testing.T) {
 	t.Parallel()
 	_, err := natsbridge.NewPublisher(natsbridge.Config{URL: "nats://127.0.0.1:1", ConnectTimeout: time.Second})
 	require.ErrorIs(t, err, natsbridge.ErrUnreachable)
 	require.Contains(t, err.Error(), "nats://127.0.0.1:1")
+	// Credentials never show: user and password, a token, in a server list.
+	for _, u := range []string{"nats://app:s3cretPW@127.0.0.1:1", "nats://t0kenSECRET@127.0.0.1:1",
+		"nats://127.0.0.1:2,nats://app:s3cretPW@127.0.0.1:1"} {
+		_, err := natsbridge.NewPublisher(natsbridge.Config{URL: u, ConnectTimeout: time.Second})
+		require.ErrorIs(t, err, natsbridge.ErrUnreachable)
+		require.NotContains(t, err.Error(), "s3cretPW")
+		require.NotContains(t, err.Error(), "t0kenSECRET")
+		require.Contains(t, err.Error(), "127.0.0.1:1")
+	}
 }
 
 func pglogreplParse(s string) (uint64, error) {

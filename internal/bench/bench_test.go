@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -95,6 +96,29 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 	require.Equal(t, 100, fin.Jobs)
 	require.Equal(t, 1000.0, fin.Extra["finished"])
 	require.Positive(t, fin.Extra["max_rss_mib"])
+}
+
+// TestSQLEnqueueVariant runs the enqueue mode through the SQL API
+// (pgwake-sql): it runs that mode only, and every acknowledged enqueue is in
+// the table once.
+func TestSQLEnqueueVariant(t *testing.T) {
+	sys := &bench.Pgwake{SQL: true}
+	require.Equal(t, bench.SQLSystem, sys.Name())
+	require.False(t, sys.Supports(bench.ModeDrain))
+	var log bytes.Buffer
+	sizes := tiny()
+	sizes.EnqueueDuration = 400 * time.Millisecond
+	results, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: pgtest.URL(), Modes: []bench.Mode{bench.ModeEnqueue, bench.ModeDrain},
+		Sizes: sizes, Workers: 2, Out: io.Discard, Log: &log, Commit: "test",
+	}, sys)
+	require.NoError(t, err, "log:\n%s", log.String())
+	require.Len(t, results, 1, "enqueue only")
+	r := results[0]
+	require.Equal(t, bench.SQLSystem, r.System)
+	require.Positive(t, r.Jobs)
+	require.Zero(t, r.Duplicates)
+	require.Zero(t, r.Missing)
 }
 
 // faulty wraps pgwake and misreports handler starts: job 0 twice, job 1
@@ -211,8 +235,9 @@ func TestReportRatiosChartAndTargets(t *testing.T) {
 	}
 	enq := res(bench.ModeEnqueue, "pgwake", 9000, 2, 5)
 	enq.Extra = map[string]float64{"baseline_per_sec": 10000, "ratio_vs_baseline": 0.9, "producers": 16}
+	enqSQL := res(bench.ModeEnqueue, bench.SQLSystem, 8500, 2, 5) // 0.944x the Go client
 	rep := bench.Report{
-		Systems: []bench.System{&bench.Pgwake{}, &peer{bench.Pgwake{Label: "river-tuned"}}, &peer{bench.Pgwake{Label: "river-default"}}},
+		Systems: []bench.System{&bench.Pgwake{}, &bench.Pgwake{SQL: true}, &peer{bench.Pgwake{Label: "river-tuned"}}, &peer{bench.Pgwake{Label: "river-default"}}},
 		Results: []bench.Result{
 			res(bench.ModeDrain, "pgwake", 30000, nan, nan),
 			res(bench.ModeDrain, "river-tuned", 10000, nan, nan),
@@ -220,7 +245,7 @@ func TestReportRatiosChartAndTargets(t *testing.T) {
 			res(bench.ModeLatency, "river-tuned", 200, 1.0, 2.5),
 			res(bench.ModeLatency, "river-default", 200, 50, 100),
 			res(bench.ModeDelayed, "pgwake", 20, 1, 12),
-			enq,
+			enq, enqSQL,
 		},
 		Commit: "abc", Workers: 10, Runs: 1,
 	}
@@ -236,14 +261,16 @@ func TestReportRatiosChartAndTargets(t *testing.T) {
 		met[tg.What] = tg.Met
 	}
 	require.Equal(t, map[string]bool{
-		"latency p50 <= 0.75x river-tuned":            true,  // 0.7
-		"latency p99 <= 0.75x river-tuned":            false, // 0.8
-		"latency p50 <= 0.1x river-default":           true,
-		"latency p99 <= 0.1x river-default":           true,
-		"drain jobs/s >= 1.5x river-tuned":            true,
-		"delayed lateness p99 < 10 ms":                false,
-		"enqueue (16 producers) >= 0.9x plain INSERT": true,
+		"latency p50 <= 0.75x river-tuned":                   true,  // 0.7
+		"latency p99 <= 0.75x river-tuned":                   false, // 0.8
+		"latency p50 <= 0.1x river-default":                  true,
+		"latency p99 <= 0.1x river-default":                  true,
+		"drain jobs/s >= 1.5x river-tuned":                   true,
+		"delayed lateness p99 < 10 ms":                       false,
+		"enqueue (16 producers) >= 0.9x plain INSERT":        true,
+		"enqueue through the SQL API >= 0.95x the Go client": false,
 	}, met)
+	require.Regexp(t, `enqueue\s+pgwake-sql\s+1\.06x`, txt)
 
 	chart := rep.TextChart()
 	require.Contains(t, chart, "river-default")

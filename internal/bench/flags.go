@@ -18,7 +18,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 		s     Sizes
 	)
 	d := DefaultSizes()
-	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all")
+	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all; stream (pgwake bench only, needs NATS JetStream) only when named")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per mode and system instead of tables")
 	fs.IntVar(&o.Runs, "runs", 1, "repeat every mode this many times and report the medians")
 	fs.IntVar(&o.Workers, "workers", 10, "jobs run at once by each system (pgwake MaxWorkers, whose default is 10)")
@@ -35,8 +35,12 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.ScaleSmall, "scale-small", d.ScaleSmall, "scale: the small backlog")
 	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the scale target is 1000000)")
 	fs.IntVar(&s.ScaleFinished, "scale-finished", d.ScaleFinished, "scale: finished jobs left in the table for the third case (0 skips it)")
+	fs.IntVar(&s.ConcurrentJobs, "concurrent-jobs", d.ConcurrentJobs, "concurrent: jobs, all allowed to run at once")
+	fs.DurationVar(&s.ConcurrentSleep, "concurrent-sleep", d.ConcurrentSleep, "concurrent: how long each handler sleeps")
+	fs.IntVar(&s.ConcurrentPool, "concurrent-pool", d.ConcurrentPool, "concurrent: connections in the mode's own pool")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
+	fs.IntVar(&s.StreamJobs, "stream-jobs", d.StreamJobs, "stream: jobs drained while the event stream forwards to NATS")
 	return func() (Options, error) {
 		var zero string
 		fs.Visit(func(f *flag.Flag) {

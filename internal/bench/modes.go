@@ -49,6 +49,14 @@ type Sizes struct {
 	// IdleTimeout gives up waiting for handlers when no new job has started
 	// for this long. Default 60s.
 	IdleTimeout time.Duration
+	// ConcurrentJobs jobs that each sleep ConcurrentSleep, all allowed to
+	// run at once, on a pool of its own with ConcurrentPool connections: the
+	// concurrent mode. Defaults 5,000, 2s and 20.
+	ConcurrentJobs  int
+	ConcurrentSleep time.Duration
+	ConcurrentPool  int
+	// StreamJobs is how many jobs the stream mode drains. Default 50,000.
+	StreamJobs int
 }
 
 // DefaultSizes returns the defaults, sized so that `make bench` finishes in
@@ -82,6 +90,10 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.ScaleFinished, 100000)
 	def(&s.BatchSize, 5000)
 	defD(&s.IdleTimeout, 60*time.Second)
+	def(&s.ConcurrentJobs, 5000)
+	defD(&s.ConcurrentSleep, 2*time.Second)
+	def(&s.ConcurrentPool, 20)
+	def(&s.StreamJobs, 50000)
 	return s
 }
 
@@ -96,7 +108,8 @@ func (s Sizes) validate() error {
 		name string
 		v    int
 	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
-		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize}} {
+		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize},
+		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs}} {
 		if c.v < 1 {
 			return bad("%s must be at least 1, got %d", c.name, c.v)
 		}
@@ -108,7 +121,8 @@ func (s Sizes) validate() error {
 		name string
 		v    time.Duration
 	}{{"latency duration", s.LatencyDuration}, {"idle interval", s.IdleInterval}, {"idle duration", s.IdleDuration},
-		{"delayed spread", s.DelayedSpread}, {"enqueue duration", s.EnqueueDuration}, {"idle timeout", s.IdleTimeout}} {
+		{"delayed spread", s.DelayedSpread}, {"enqueue duration", s.EnqueueDuration}, {"idle timeout", s.IdleTimeout},
+		{"concurrent sleep", s.ConcurrentSleep}} {
 		if c.v <= 0 {
 			return bad("%s must be positive, got %s", c.name, c.v)
 		}
@@ -149,6 +163,9 @@ func (rn *runner) run(ctx context.Context, mode Mode) ([]Result, error) {
 		return []Result{r}, err
 	case ModeScale:
 		return rn.scale(ctx)
+	case ModeConcurrent:
+		r, err := rn.concurrent(ctx)
+		return []Result{r}, err
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownMode, mode)
 }
@@ -176,11 +193,16 @@ func checkpoint(ctx context.Context, pool *pgxpool.Pool) {
 }
 
 func (rn *runner) insert(ctx context.Context, n int, runAt func(i int) time.Time) error {
+	return rn.insertSleeping(ctx, n, runAt, 0)
+}
+
+// insertSleeping inserts n jobs whose handlers sleep for sleep.
+func (rn *runner) insertSleeping(ctx context.Context, n int, runAt func(i int) time.Time, sleep time.Duration) error {
 	for from := 0; from < n; from += rn.sizes.BatchSize {
 		to := min(from+rn.sizes.BatchSize, n)
 		jobs := make([]Job, 0, to-from)
 		for i := from; i < to; i++ {
-			j := Job{Seq: int64(i)}
+			j := Job{Seq: int64(i), Sleep: sleep}
 			if runAt != nil {
 				j.RunAt = runAt(i)
 			}
@@ -617,4 +639,73 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// concurrent runs ConcurrentJobs jobs whose handlers each sleep
+// ConcurrentSleep (waiting on something else: a partner API, a render), all
+// allowed to run at once, on a pool of ConcurrentPool connections of the
+// mode's own. The ideal is every job at once: ConcurrentJobs /
+// ConcurrentSleep jobs/s; "of_ideal" is the fraction reached, from the
+// workers' start until no job is unfinished.
+func (rn *runner) concurrent(ctx context.Context) (Result, error) {
+	n, sleep := rn.sizes.ConcurrentJobs, rn.sizes.ConcurrentSleep
+	res := Result{Mode: ModeConcurrent, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{}}
+	noLatency(&res)
+	pcfg := rn.env.Pool.Config().Copy()
+	pcfg.MaxConns = int32(rn.sizes.ConcurrentPool)
+	pcfg.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return res, fmt.Errorf("concurrent: pool: %w", err)
+	}
+	defer pool.Close()
+	shared := rn.env
+	rn.env = &Env{Pool: pool, Workers: n, Logf: shared.Logf}
+	defer func() { rn.env = shared }()
+	err = rn.fresh(ctx, func() error {
+		rn.logf("%s: inserting %d jobs that sleep %s", rn.sys.Name(), n, sleep)
+		if err := rn.insertSleeping(ctx, n, nil, sleep); err != nil {
+			return err
+		}
+		checkpoint(ctx, pool)
+		rn.logf("%s: running %d jobs of %s on %d connections", rn.sys.Name(), n, sleep, rn.sizes.ConcurrentPool)
+		base := time.Now()
+		rec := newRecorder(n, base)
+		stop, err := rn.sys.Start(ctx, rec.handle)
+		if err != nil {
+			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
+		}
+		all := rec.wait(rn.sizes.IdleTimeout+sleep, ctx.Done())
+		elapsed := time.Since(base)
+		if c, ok := rn.sys.(Counter); ok && all {
+			for {
+				left, err := c.Unfinished(ctx)
+				elapsed = time.Since(base)
+				if err != nil {
+					_ = stop()
+					return fmt.Errorf("%s: count unfinished: %w", rn.sys.Name(), err)
+				}
+				if left == 0 {
+					break
+				}
+				if elapsed > rec.lastStart()+sleep+rn.sizes.IdleTimeout {
+					res.Extra["unfinished"] = float64(left)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		serr := stop()
+		rn.diagnose(&res)
+		res.Duplicates, res.Missing = rec.tally()
+		res.JobsPerSec = float64(n-int(res.Missing)) / elapsed.Seconds()
+		res.Extra["seconds"] = elapsed.Seconds()
+		res.Extra["ideal_jobs_per_sec"] = float64(n) / sleep.Seconds()
+		res.Extra["of_ideal"] = res.JobsPerSec / res.Extra["ideal_jobs_per_sec"]
+		if serr != nil {
+			return fmt.Errorf("%s: stop workers: %w", rn.sys.Name(), serr)
+		}
+		return ctx.Err()
+	})
+	return res, err
 }

@@ -25,6 +25,14 @@ type Pgwake struct {
 	// Tune, when set, changes the config after the bench's settings (for
 	// experiments; results then no longer show the defaults).
 	Tune func(*queue.Config)
+	// Leased runs the bench kind in leased mode (Config.LeasedKinds): the
+	// claim commits, handlers hold no connection. It takes part in the
+	// concurrent mode, which held mode cannot run on a small pool.
+	Leased bool
+	// SQL makes Enqueue call the SQL API (SELECT <schema>.enqueue(...)
+	// through pgx) instead of the Go client; the system then runs the
+	// enqueue mode only. Name defaults to "pgwake-sql".
+	SQL bool
 
 	env    *Env
 	schema string
@@ -39,25 +47,53 @@ const (
 	BenchKind  = "bench"
 )
 
-// Name returns Label or "pgwake".
+// Name returns Label, or "pgwake" ("pgwake-leased" when Leased, "pgwake-sql"
+// with SQL).
 func (p *Pgwake) Name() string {
-	if p.Label != "" {
+	switch {
+	case p.Label != "":
 		return p.Label
+	case p.Leased:
+		return "pgwake-leased"
+	}
+	if p.SQL {
+		return SQLSystem
 	}
 	return "pgwake"
 }
 
+// SQLSystem is the name of the Pgwake system that enqueues through the SQL
+// API.
+const SQLSystem = "pgwake-sql"
+
 // Config describes the configuration.
 func (p *Pgwake) Config() string {
 	s := "queue.Config defaults; Queues{bench: MaxWorkers=workers}; one no-op handler"
+	if p.Leased {
+		s += "; LeasedKinds{bench}"
+	}
+	if p.SQL {
+		s = "SELECT <schema>.enqueue(kind, payload, queue => 'bench') through pgx, one job per transaction"
+	}
 	if p.Tune != nil {
 		s += "; tuned by the caller"
 	}
 	return s
 }
 
-// Supports is true for every mode.
-func (p *Pgwake) Supports(Mode) bool { return true }
+// Supports: held mode every mode but concurrent; leased mode drain,
+// latency, idle, delayed and concurrent; SQL enqueue only.
+func (p *Pgwake) Supports(m Mode) bool {
+	switch {
+	case p.SQL:
+		return m == ModeEnqueue
+	case p.Leased:
+		// The enqueue and scale paths are the same in both modes.
+		return m != ModeEnqueue && m != ModeScale
+	}
+	// Held mode holds a connection per running job: not on a small pool.
+	return m != ModeConcurrent
+}
 
 func (p *Pgwake) config(handle HandleFunc) queue.Config {
 	cfg := queue.Config{
@@ -71,14 +107,30 @@ func (p *Pgwake) config(handle HandleFunc) queue.Config {
 				return fmt.Errorf("bench payload: %w", err)
 			}
 			handle(pl.Seq)
+			if pl.SleepMS > 0 {
+				select {
+				case <-time.After(time.Duration(pl.SleepMS) * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			return nil
 		})}
+	}
+	if p.Leased {
+		cfg.AllowSmallPool = true // leased handlers hold no connection
+		if handle != nil {
+			cfg.LeasedKinds = []string{BenchKind}
+		}
 	}
 	if p.Tune != nil {
 		p.Tune(&cfg)
 	}
 	return cfg
 }
+
+// Schema is the schema of the last Setup.
+func (p *Pgwake) Schema() string { return p.schema }
 
 // Setup migrates a fresh schema.
 func (p *Pgwake) Setup(ctx context.Context, env *Env) error {
@@ -109,8 +161,18 @@ func (p *Pgwake) InsertMany(ctx context.Context, jobs []Job) error {
 	return err
 }
 
-// Enqueue uses Enqueue (one statement, its own transaction).
+// Enqueue uses Enqueue (one statement, its own transaction), or with SQL
+// one SELECT of the SQL API's enqueue (also its own transaction).
 func (p *Pgwake) Enqueue(ctx context.Context, job Job) error {
+	if p.SQL {
+		var runAfter *time.Time
+		if !job.RunAt.IsZero() {
+			runAfter = &job.RunAt
+		}
+		_, err := p.env.Pool.Exec(ctx, `SELECT `+sqlident.Quote(p.schema, "enqueue")+`($1::text, $2::jsonb, queue => $3::text, run_after => $4::timestamptz)`,
+			BenchKind, string(EncodePayload(job)), BenchQueue, runAfter)
+		return err
+	}
 	_, err := p.client.Enqueue(ctx, newJob(job))
 	return err
 }
@@ -155,10 +217,10 @@ func (p *Pgwake) Diagnostics() map[string]float64 {
 	return out
 }
 
-// Unfinished counts pending jobs.
+// Unfinished counts pending and running (leased) jobs.
 func (p *Pgwake) Unfinished(ctx context.Context) (int64, error) {
 	var n int64
-	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state = 'pending'`).Scan(&n)
+	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state IN ('pending', 'running')`).Scan(&n)
 	return n, err
 }
 

@@ -228,6 +228,12 @@ func (rep Report) Targets() []Target {
 	if a, ok := get(ModeDelayed, pg, ""); ok {
 		ts = append(ts, Target{"delayed lateness p99 < 10 ms", num(a.P99) + " ms", a.P99 < 10})
 	}
+	if a, ok := get(ModeEnqueue, SQLSystem, ""); ok {
+		if b, ok := get(ModeEnqueue, pg, ""); ok {
+			r := a.JobsPerSec / b.JobsPerSec
+			ts = append(ts, Target{"enqueue through the SQL API >= 0.95x the Go client", fmt.Sprintf("%sx (%s vs %s/s)", num(r), num(a.JobsPerSec), num(b.JobsPerSec)), r >= 0.95})
+		}
+	}
 	if a, ok := get(ModeEnqueue, pg, ""); ok {
 		r := a.Extra["ratio_vs_baseline"]
 		ts = append(ts, Target{fmt.Sprintf("enqueue (%.0f producers) >= 0.9x plain INSERT", a.Extra["producers"]), fmt.Sprintf("%sx (%s vs %s/s)", num(r), num(a.JobsPerSec), num(a.Extra["baseline_per_sec"])), r >= 0.9})

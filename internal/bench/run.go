@@ -43,6 +43,10 @@ type Options struct {
 	// OnCluster, when set, is given a function that removes the throwaway
 	// cluster at once, for a hard stop (second Ctrl-C) of the caller.
 	OnCluster func(stop func())
+	// Stream runs the stream mode once per run (this package cannot import
+	// the events packages; cmd/pgwake sets it). Nil: the stream mode is an
+	// error.
+	Stream func(ctx context.Context, env *Env, sizes Sizes) (Result, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -142,6 +146,24 @@ outer:
 	for i := range opts.Runs {
 		var run []Result
 		for _, mode := range opts.Modes {
+			if mode == ModeStream {
+				if opts.Stream == nil {
+					runErr = fmt.Errorf("%w: the stream mode runs only from pgwake bench", ErrInvalidOptions)
+					runs = append(runs, run)
+					break outer
+				}
+				logf("run %d/%d: %s: pgwake", i+1, opts.Runs, mode)
+				r, err := opts.Stream(ctx, env, opts.Sizes)
+				r.Runs = 1
+				logf("result: %s", summaryLine(r))
+				run = append(run, r)
+				if err != nil {
+					runErr = fmt.Errorf("pgwake %s: %w", mode, err)
+					runs = append(runs, run)
+					break outer
+				}
+				continue
+			}
 			for _, sys := range systems {
 				if !sys.Supports(mode) {
 					continue

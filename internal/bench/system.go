@@ -21,10 +21,20 @@ const (
 	ModeDelayed Mode = "delayed"
 	ModeEnqueue Mode = "enqueue"
 	ModeScale   Mode = "scale"
+	// ModeConcurrent: many jobs that wait on something else, on a small
+	// pool (systems whose handlers hold no connection while they run).
+	ModeConcurrent Mode = "concurrent"
+	// ModeStream drains jobs while the event stream forwards to NATS
+	// JetStream. It runs only when named (it needs a NATS server) and only
+	// for pgwake, through Options.Stream.
+	ModeStream Mode = "stream"
 )
 
-// AllModes lists every mode in run order.
-var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale}
+// AllModes lists every mode "all" means, in run order.
+var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeConcurrent}
+
+// OptInModes run only when named, after AllModes.
+var OptInModes = []Mode{ModeStream}
 
 // ErrUnknownMode is wrapped by ParseModes for a name that is not a mode.
 var ErrUnknownMode = errors.New("unknown bench mode")
@@ -50,7 +60,7 @@ func ParseModes(list string) ([]Mode, error) {
 		return nil, fmt.Errorf("%w: empty list; use a comma-separated list of %s, or all", ErrUnknownMode, modeNames())
 	}
 	var out []Mode
-	for _, m := range AllModes {
+	for _, m := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if want[m] {
 			out = append(out, m)
 		}
@@ -59,7 +69,7 @@ func ParseModes(list string) ([]Mode, error) {
 }
 
 func (m Mode) valid() bool {
-	for _, k := range AllModes {
+	for _, k := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if m == k {
 			return true
 		}
@@ -69,7 +79,7 @@ func (m Mode) valid() bool {
 
 func modeNames() string {
 	s := ""
-	for i, m := range AllModes {
+	for i, m := range append(AllModes[:len(AllModes):len(AllModes)], OptInModes...) {
 		if i > 0 {
 			s += ", "
 		}
@@ -85,17 +95,22 @@ type Job struct {
 	Seq int64
 	// RunAt, when not zero, is the time the job becomes due (delayed mode).
 	RunAt time.Time
+	// Sleep is how long its handler sleeps after reporting the job
+	// (concurrent mode).
+	Sleep time.Duration
 }
 
-// Payload is the job's arguments as JSON: {"seq":N}. Systems that carry a
-// payload store this and hand its decoded Seq to the handler callback.
+// Payload is the job's arguments as JSON: {"seq":N}, plus "sleep_ms" when its
+// handler sleeps. Systems that carry a payload store this, hand its decoded
+// Seq to the handler callback, then sleep SleepMS.
 type Payload struct {
-	Seq int64 `json:"seq"`
+	Seq     int64 `json:"seq"`
+	SleepMS int64 `json:"sleep_ms,omitempty"`
 }
 
 // EncodePayload returns job's payload JSON.
 func EncodePayload(job Job) []byte {
-	b, _ := json.Marshal(Payload{Seq: job.Seq}) // cannot fail
+	b, _ := json.Marshal(Payload{Seq: job.Seq, SleepMS: job.Sleep.Milliseconds()}) // cannot fail
 	return b
 }
 

@@ -1,7 +1,8 @@
 // Package pgcluster starts throwaway PostgreSQL clusters (initdb + pg_ctl)
 // for tests and for `pgwake demo`. A cluster lives in a fresh temporary
-// directory, listens on 127.0.0.1 on a free port, trusts every local
-// connection, has wal_level=logical and is thrown away by Stop.
+// directory, listens on 127.0.0.1 on a free port with a random superuser
+// password (trusting only its Unix socket, in a directory no other OS user
+// can enter), has wal_level=logical and is thrown away by Stop.
 package pgcluster
 
 import (

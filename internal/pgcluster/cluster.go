@@ -3,6 +3,8 @@ package pgcluster
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -35,8 +37,12 @@ type Options struct {
 
 // Cluster is a running throwaway PostgreSQL cluster. Stop it when done.
 type Cluster struct {
-	// URL connects as superuser postgres (trust auth) to database postgres:
-	// postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable.
+	// URL connects as superuser postgres, with the cluster's random
+	// password, to database postgres:
+	// postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres?sslmode=disable.
+	// TCP connections need a password (scram-sha-256), so other OS users of
+	// the machine cannot connect; the Unix socket is in a directory only the
+	// server's OS user can enter.
 	// Append "&replication=database" for a logical replication connection.
 	URL string
 	// Port is the TCP port on 127.0.0.1.
@@ -149,9 +155,24 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		sockDir = ""
 	}
 
+	password, err := randomPassword()
+	if err != nil {
+		return nil, err
+	}
+	pwFile := filepath.Join(base, "pwfile")
+	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := c.chown(pwFile); err != nil {
+		return nil, err
+	}
 	logf("pgcluster: initdb %s (binaries %s)", c.DataDir, binDir)
-	if out, err := c.run(ctx, "initdb", "-D", c.DataDir, "-U", "postgres", "--auth=trust",
-		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+	// Trust only on the Unix socket (its directory is private); TCP, which
+	// every local user can reach, takes the random password.
+	out, err := c.run(ctx, "initdb", "-D", c.DataDir, "-U", "postgres", "--auth-local=trust",
+		"--auth-host=scram-sha-256", "--pwfile="+pwFile, "-E", "UTF8", "--locale=C", "--no-sync")
+	_ = os.Remove(pwFile)
+	if err != nil {
 		return nil, fmt.Errorf("pgcluster: initdb failed: %w\n%s", err, out)
 	}
 	if err := c.ensureReplicationHBA(); err != nil {
@@ -175,7 +196,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		out, err := c.run(ctx, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile, "-w", "-t", pgCtlTimeout, "start")
 		if err == nil {
 			c.Port = port
-			c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+			c.URL = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
 			break
 		}
 		newLog := readFrom(c.LogFile, logOffset)
@@ -190,7 +211,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	logf("pgcluster: ready at %s (data %s)", c.URL, c.DataDir)
+	logf("pgcluster: ready at 127.0.0.1:%d (data %s)", c.Port, c.DataDir)
 	return c, nil
 }
 
@@ -358,7 +379,7 @@ func (c *Cluster) writeConf(port int, sockDir, extra string) error {
 }
 
 // ensureReplicationHBA makes sure replication connections over TCP from
-// 127.0.0.1 are trusted (initdb --auth=trust normally writes this line).
+// 127.0.0.1 are allowed with a password (initdb normally writes this line).
 func (c *Cluster) ensureReplicationHBA() error {
 	path := filepath.Join(c.DataDir, "pg_hba.conf")
 	b, err := os.ReadFile(path)
@@ -368,11 +389,11 @@ func (c *Cluster) ensureReplicationHBA() error {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 5 && f[0] == "host" && f[1] == "replication" && f[2] == "all" &&
-			f[3] == "127.0.0.1/32" && f[4] == "trust" {
+			f[3] == "127.0.0.1/32" && f[4] == "scram-sha-256" {
 			return nil
 		}
 	}
-	if err := appendFile(path, "\n# Added by pgwake internal/pgcluster.\nhost replication all 127.0.0.1/32 trust\n"); err != nil {
+	if err := appendFile(path, "\n# Added by pgwake internal/pgcluster.\nhost replication all 127.0.0.1/32 scram-sha-256\n"); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
@@ -660,4 +681,13 @@ func tailOf(path string, n int64) string {
 		}
 	}
 	return s
+}
+
+// randomPassword is the superuser's password: 128 random bits, hex.
+func randomPassword() (string, error) {
+	b := make([]byte, 16)
+	if _, err := cryptorand.Read(b); err != nil {
+		return "", fmt.Errorf("pgcluster: random password: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }

@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,8 +114,29 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	if !strings.HasPrefix(c.URL, "postgres://postgres@127.0.0.1:") || c.Port <= 0 {
+	if !strings.HasPrefix(c.URL, "postgres://postgres:") || c.Port <= 0 {
 		t.Fatalf("URL %q Port %d", c.URL, c.Port)
+	}
+	// Another OS user of the machine reaches the port, not the password
+	// (nor the socket directory): refused.
+	for _, u := range []string{
+		fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port),
+		fmt.Sprintf("postgres://postgres:wrong@127.0.0.1:%d/postgres?sslmode=disable", c.Port),
+		fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&replication=database", c.Port),
+	} {
+		conn, err := pgconn.Connect(ctx, u)
+		var pgErr *pgconn.PgError
+		if err == nil {
+			conn.Close(ctx)
+			t.Fatalf("connected to %s without the password", u)
+		} else if !errors.As(err, &pgErr) || pgErr.Code != "28P01" { // invalid_password
+			t.Fatalf("connect %s: want invalid_password, got %v", u, err)
+		}
+	}
+	for _, dir := range []string{c.baseDir, filepath.Join(c.baseDir, "sock")} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s: want no access for group and others, got %v %v", dir, fi.Mode(), err)
+		}
 	}
 	conn := connect(t, ctx, c.URL)
 	if got := show(t, ctx, conn, "wal_level"); got != "logical" {

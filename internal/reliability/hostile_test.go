@@ -53,13 +53,27 @@ var hostileOverloads = []string{
 	`CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE sql AS $$
 		INSERT INTO public.pwned (what) VALUES ('unnest(text[])');
 		SELECT pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION public.unnest(integer[]) RETURNS SETOF integer LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('unnest(integer[])');
+		SELECT pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION public.unnest(jsonb[]) RETURNS SETOF jsonb LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('unnest(jsonb[])');
+		SELECT pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION public.format(text, integer) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('format(text, integer)');
+		SELECT pg_catalog.format($1, $2) $$`,
+	`CREATE FUNCTION public.jsonb_typeof(json) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.pwned (what) VALUES ('jsonb_typeof(json)');
+		SELECT pg_catalog.json_typeof($1) $$`,
 }
 
 // TestHostileSearchPathOverloadsNeverRun: with CREATE on public granted to
 // PUBLIC (the default before PostgreSQL 15), a role defines overloads that
 // would capture loosely typed calls. Migrate, enqueue (one job, many, with a
 // delay, a unique key), a worker (claims, a failure and its retry, idle and
-// its barrier), cancel, retry and retention never run any of them.
+// its barrier), cancel, retry and retention never run any of them, and
+// neither do the SQL API's functions (enqueue, enqueue_many, cancel, retry)
+// called by a session whose search_path starts with public.
 func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -92,9 +106,10 @@ func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
 		return out
 	}
 	// The trap works: loosely typed calls do run the hostile code.
-	_, err = pool.Exec(ctx, `SELECT 2::bigint * interval '1 second', hashtextextended('x', 0), 'a' || 1::bigint`)
+	_, err = pool.Exec(ctx, `SELECT 2::bigint * interval '1 second', hashtextextended('x', 0), 'a' || 1::bigint, format('%s', 1),
+		(SELECT count(*) FROM unnest(ARRAY[1, 2]))`)
 	require.NoError(t, err)
-	require.Len(t, pwned(), 3)
+	require.Len(t, pwned(), 5)
 	_, err = pool.Exec(ctx, `TRUNCATE public.pwned`)
 	require.NoError(t, err)
 
@@ -134,6 +149,39 @@ func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
 			t.Fatalf("jobs not done: %v", want)
 		}
 	}
+	// The SQL API, called as a user would, with loosely typed literals.
+	var sqlID int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pgwake.enqueue('k', '{"a": 1}', delay => '50 ms', unique_key => 'sql-1', priority => 1, max_attempts => 3)`).Scan(&sqlID))
+	var sqlIDs []int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pgwake.enqueue_many('[{"kind": "k", "delay": 0.05}, {"kind": "k", "run_after": "2030-01-01T00:00:00Z", "priority": 2, "unique_key": "sql-2"}]')`).Scan(&sqlIDs))
+	require.Len(t, sqlIDs, 2)
+	var cancelled bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pgwake.cancel($1)`, sqlIDs[1]).Scan(&cancelled))
+	require.True(t, cancelled)
+	_, err = pool.Exec(ctx, `SELECT pgwake.enqueue('bad kind')`)
+	require.Error(t, err)
+	want = map[int64]bool{sqlID: true, sqlIDs[0]: true}
+	deadline = time.After(30 * time.Second)
+	for len(want) > 0 {
+		select {
+		case id := <-done:
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("SQL API jobs not done: %v", want)
+		}
+	}
+	_, err = pool.Exec(ctx, `UPDATE pgwake.jobs SET state = 'failed', finished_at = now() WHERE id = $1`, sqlID)
+	require.NoError(t, err)
+	var retried bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pgwake.retry($1)`, sqlID).Scan(&retried))
+	require.True(t, retried)
+	select {
+	case id := <-done:
+		require.Equal(t, sqlID, id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("retried job not run")
+	}
+
 	later, err := c.Enqueue(ctx, queue.NewJob{Kind: "k", Delay: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel(ctx, later.ID))
@@ -204,4 +252,49 @@ func TestStrangersLocksBlockNothing(t *testing.T) {
 	}
 	_, err = migrations.Up(ectx, w.admin, w.schema)
 	require.NoError(t, err, "migrate waited for a lock someone else held")
+}
+
+// TestMigrateRefusesAForeignSchema: a role allowed to create schemas creates
+// pgwake's schema first, with a schema_migrations table that claims every
+// migration. migrate refuses it (the owner controls what runs there; trusted
+// blindly, it would report the schema up to date with no tables) unless
+// allowed explicitly; a schema the migrating role owns is migrated.
+func TestMigrateRefusesAForeignSchema(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, false)
+	ctx := context.Background()
+	stranger, strangerURL := w.newRole("stranger", "")
+	var db string
+	require.NoError(t, w.admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db))
+	_, err := w.admin.Exec(ctx, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+pgx.Identifier{stranger}.Sanitize())
+	require.NoError(t, err)
+	schema := fmt.Sprintf("foreign_%08x", rand.Uint32())
+	t.Cleanup(func() { _, _ = w.admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	sp := w.poolOn(strangerURL, "stranger", 1)
+	_, err = sp.Exec(ctx, `CREATE SCHEMA `+schema+`;
+		CREATE TABLE `+schema+`.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO `+schema+`.schema_migrations (version, name) SELECT g, 'fake' FROM generate_series(1, 100) g`)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, w.admin, schema)
+	var fe *migrations.ForeignSchemaError
+	require.ErrorAs(t, err, &fe)
+	require.ErrorIs(t, err, migrations.ErrForeignSchema)
+	require.Equal(t, stranger, fe.Owner)
+	require.Contains(t, err.Error(), "--allow-foreign-schema")
+	// Allowed explicitly, the fake table is trusted: that is the risk.
+	ran, err := migrations.UpWithOptions(ctx, w.admin, schema, migrations.Options{AllowForeignSchema: true})
+	require.NoError(t, err)
+	require.Empty(t, ran)
+
+	// The stranger's own schema table inside a schema the migrator owns.
+	own := fmt.Sprintf("owned_%08x", rand.Uint32())
+	t.Cleanup(func() { _, _ = w.admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+own+` CASCADE`) })
+	_, err = w.admin.Exec(ctx, `CREATE SCHEMA `+own+`; GRANT USAGE, CREATE ON SCHEMA `+own+` TO `+pgx.Identifier{stranger}.Sanitize())
+	require.NoError(t, err)
+	_, err = sp.Exec(ctx, `CREATE TABLE `+own+`.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, w.admin, own)
+	require.ErrorAs(t, err, &fe)
+	require.Contains(t, fe.Object, "schema_migrations")
 }

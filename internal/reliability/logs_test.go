@@ -26,7 +26,7 @@ func TestLogsHoldNoPayloadsOrPasswords(t *testing.T) {
 	w := newWorld(t, false)
 	ctx := context.Background()
 	app, appURL := w.newRole("pgwake_logs", "")
-	w.applyGrants(app, app)
+	w.applyGrants(app, app, app, app, app)
 	pass := appURL[strings.Index(appURL, ":pw")+1 : strings.Index(appURL, "@")]
 	require.True(t, strings.HasPrefix(pass, "pw"))
 	secret := fmt.Sprintf("SECRET-PAYLOAD-%016x", rand.Uint64())
