@@ -217,7 +217,7 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	}
 	for i, r := range results {
 		if !r.Duplicate {
-			c.metrics.enqueued.WithLabelValues(queues[i], kinds[i]).Inc()
+			c.metrics.countEnqueued(queues[i], kinds[i])
 		}
 	}
 	return results, nil
