@@ -157,6 +157,9 @@ func (l *queueLoop) setPaused(paused, notified bool, seq uint64) {
 
 // loadPaused reads which of the client's queues are paused and applies it.
 func (c *Client) loadPaused(ctx context.Context) error {
+	if len(c.loops) == 0 {
+		return nil
+	}
 	queues := make([]string, 0, len(c.loops))
 	seqs := make(map[string]uint64, len(c.loops))
 	for q, l := range c.loops {

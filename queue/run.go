@@ -142,8 +142,8 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 		return nil, fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
 	}
 	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
-	if err := c.loadPaused(ctx); err != nil {
-		return nil, err
+	if err := c.loadPaused(ctx); err != nil && ctx.Err() == nil {
+		return nil, err // stopped meanwhile: Run returns as from a stop
 	}
 	return r, nil
 }
