@@ -210,6 +210,10 @@ func (l *queueLoop) waitWhilePaused(ctx context.Context, s *loopState) bool {
 	if !l.pause.isPaused() {
 		return true
 	}
+	// Not waiting for jobs: producers need not NOTIFY for this queue.
+	if s.waiter != waiterBusy && l.c.setWaiter(ctx, l.queue, false) == nil {
+		s.waiter = waiterBusy
+	}
 	for l.pause.isPaused() {
 		t := time.NewTimer(l.c.cfg.PollInterval)
 		select {
@@ -222,6 +226,6 @@ func (l *queueLoop) waitWhilePaused(ctx context.Context, s *loopState) bool {
 		}
 	}
 	l.takeWake()
-	s.source, s.waiter, s.nextAt, s.cursor = sourceResumed, waiterUnknown, time.Time{}, nil
+	s.source, s.nextAt, s.cursor = sourceResumed, time.Time{}, nil
 	return true
 }
