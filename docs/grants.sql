@@ -56,6 +56,11 @@ GRANT SELECT ON {{schema}}.wake_salt TO {{worker_role}};
 GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text), {{schema}}.wake_lock_key(text) TO {{worker_role}};
 -- Watermill Pub/Sub subscribers register their consumer group.
 GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{worker_role}};
+-- Periodic schedules (queue.Config.Periodic, worker --periodic): each
+-- running worker registers its schedules and moves their last slot; every
+-- worker reads which queues are paused.
+GRANT SELECT, INSERT, UPDATE ON {{schema}}.periodic TO {{worker_role}};
+GRANT SELECT ON {{schema}}.paused_queues TO {{worker_role}};
 
 -- Operators.
 GRANT USAGE ON SCHEMA {{schema}} TO {{operator_role}};
@@ -68,6 +73,10 @@ GRANT INSERT (job_id, type, queue, kind, attempt, data) ON {{schema}}.events TO 
 GRANT USAGE ON SEQUENCE {{schema}}.events_id_seq TO {{operator_role}};
 -- Cancel deletes the attempt records of the jobs it cancels.
 GRANT SELECT, DELETE ON {{schema}}.attempts TO {{operator_role}};
+-- `pgwake queues pause|resume|list`, the state in `pgwake stats`,
+-- `pgwake periodic list`.
+GRANT SELECT, INSERT, DELETE ON {{schema}}.paused_queues TO {{operator_role}};
+GRANT SELECT ON {{schema}}.periodic TO {{operator_role}};
 
 -- Event stream. The publication is created once by the table owner
 -- (events.EnsurePublication, or

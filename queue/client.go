@@ -50,6 +50,10 @@ type Client struct {
 
 	mu      sync.Mutex
 	started *started // workers started by Start, until Stop
+
+	// pauseResync asks pausePoll to re-read the paused queues (the
+	// listener reconnected).
+	pauseResync chan struct{}
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:
@@ -99,6 +103,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		kinds:   newKindStats(cfg),
 		leased:  map[string]bool{},
 		id:      newClientID(),
+
+		pauseResync: make(chan struct{}, 1),
 	}
 	c.leasedKinds = append([]string{}, cfg.LeasedKinds...)
 	for _, k := range cfg.LeasedKinds {

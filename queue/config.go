@@ -121,6 +121,11 @@ type Config struct {
 	AllowSmallPool bool
 	// Registerer gets the client's metrics. Default: none registered.
 	Registerer prometheus.Registerer
+	// Periodic are jobs Run enqueues on a schedule, one job per slot
+	// however many clients run the same schedule (see PeriodicJob). A
+	// client with Periodic and no Queues runs only the schedules. Default
+	// none.
+	Periodic []PeriodicJob
 }
 
 // Defaults of Config and QueueConfig, filled in by New.
@@ -271,6 +276,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxErrorBytes < MinMaxErrorBytes {
 		return bad("MaxErrorBytes %d is below %d", c.MaxErrorBytes, MinMaxErrorBytes)
+	}
+	if err := validatePeriodic(c); err != nil {
+		return err
 	}
 	return c.Retention.validate()
 }

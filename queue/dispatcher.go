@@ -40,6 +40,8 @@ type queueLoop struct {
 	avgNanos atomic.Int64
 
 	handlers sync.WaitGroup
+
+	pause pauseState // pause.go
 }
 
 func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
@@ -101,6 +103,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			return
 		case l.slots <- struct{}{}:
 		}
+		if l.pause.isPaused() {
+			<-l.slots
+			if !l.waitWhilePaused(ctx, s) {
+				return
+			}
+			continue
+		}
 		b, next, err := l.claimNext(ctx, s)
 		if err != nil {
 			<-l.slots
@@ -135,7 +144,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	// Not on every claim: the heartbeat (wakeForLost) sends a released
 	// wake-up when old attempt records exist.
 	switch s.source {
-	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered:
+	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered, sourceResumed:
 		b, err := l.c.claimRecovered(ctx, l.queue)
 		if err != nil || b != nil {
 			if b != nil {

@@ -15,7 +15,8 @@ var ErrNotStarted = errors.New("queue: Stop without a successful Start")
 // migration this version of pgwake needs.
 var ErrSchemaNotMigrated = errors.New("queue: schema not migrated")
 
-// ErrNoQueues is returned by Run and Start when Config.Queues is empty.
+// ErrNoQueues is returned by Run and Start when Config.Queues and
+// Config.Periodic are empty.
 var ErrNoQueues = errors.New("queue: no queues configured; set Config.Queues to run workers")
 
 // ErrNotFound is returned by Cancel and Retry when no job matches in the

@@ -91,3 +91,62 @@ func ExampleMinPoolConns() {
 	fmt.Println(queue.MinPoolConns(cfg))
 	// Output: 17
 }
+
+// Periodic jobs: every process that runs this config works the schedule,
+// and each slot gets exactly one job, with run_after at the slot.
+func ExampleConfig_periodic() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {}},
+		Handlers: map[string]queue.Handler{
+			"nightly_report": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
+				fmt.Println("report for the slot", job.RunAfter)
+				return nil
+			}),
+		},
+		Periodic: []queue.PeriodicJob{
+			{Spec: "0 2 * * *", Job: queue.NewJob{Kind: "nightly_report"}}, // 02:00 UTC daily
+			{Name: "tick", Spec: "@every 10s", Job: queue.NewJob{Kind: "nightly_report"}, SkipMissed: true},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := client.Run(ctx); err != nil {
+		panic(err)
+	}
+}
+
+// Pause a queue in every process: enqueues still go in, nothing is claimed
+// until ResumeQueue.
+func ExampleClient_PauseQueue() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	client, err := queue.New(pool, queue.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := client.PauseQueue(ctx, "email"); err != nil {
+		panic(err)
+	}
+	queues, err := client.Queues(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, q := range queues {
+		fmt.Println(q.Queue, q.Paused)
+	}
+	if err := client.ResumeQueue(ctx, "email"); err != nil {
+		panic(err)
+	}
+}

@@ -102,6 +102,7 @@ type metrics struct {
 	deleted     *prometheus.CounterVec
 	rescued     *prometheus.CounterVec
 	heartbeats  prometheus.Counter
+	paused      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
@@ -142,6 +143,10 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 			Name: "pgwake_worker_lease_heartbeats_total",
 			Help: "Statements that extended this process's leases (one per LeaseDuration/3 while leased jobs run, whatever their number).",
 		}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgwake_queue_paused",
+			Help: "1 while a queue this process works is paused (PauseQueue, pgwake queues pause), else 0.",
+		}, []string{"queue"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_queue_jobs_deleted_total",
 			Help: "Finished jobs deleted by retention (Config.Retention), by state.",
@@ -155,6 +160,9 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 	// subscriber, a process with more than one Client): they share the
 	// series, which carry the queue as a label.
 	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted, &m.rescued); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	if err := promreg.RegisterAll(reg, &m.paused); err != nil {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := promreg.RegisterAll(reg, &m.heartbeats); err != nil {

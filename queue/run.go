@@ -106,7 +106,7 @@ type runner struct {
 // startup checks that the client can run and starts the listener; on error
 // nothing is left running.
 func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
-	if len(c.loops) == 0 {
+	if len(c.loops) == 0 && len(c.cfg.Periodic) == 0 {
 		return nil, ErrNoQueues
 	}
 	if !c.running.CompareAndSwap(false, true) {
@@ -142,6 +142,9 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 		return nil, fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
 	}
 	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
+	if err := c.loadPaused(ctx); err != nil && ctx.Err() == nil {
+		return nil, err // stopped meanwhile: Run returns as from a stop
+	}
 	return r, nil
 }
 
@@ -178,6 +181,7 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	c.log.Info("workers starting", zap.Int("queues", len(c.loops)), zap.String("client_id", c.id))
 	r.bg.Go(func() { c.heartbeat(lctx) })
 	r.bg.Go(func() { c.cleaner(lctx) })
+	r.bg.Go(func() { c.pausePoll(lctx) })
 	// Until the handlers are done, not only until ctx: running leased jobs
 	// keep their leases through the shutdown deadline.
 	leaseCtx, leaseStop := context.WithCancel(context.WithoutCancel(ctx))
@@ -190,6 +194,7 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	for _, l := range c.loops {
 		loops.Go(func() { l.dispatch(ctx, r.hardCtx) })
 	}
+	loops.Go(func() { c.runPeriodic(ctx) })
 	loops.Wait() // dispatchers return when ctx is done
 
 	// Let running handlers finish, up to the deadline.

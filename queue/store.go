@@ -82,6 +82,10 @@ type statements struct {
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
 	idleBarrier                                                  string
 	deleteFinished                                               string
+
+	// periodic and pause are the statements of periodic schedules and
+	// paused queues (store_periodic.go).
+	periodic periodicStatements
 }
 
 // stateIs is the check that a job found by id is still in state, for the
@@ -120,6 +124,7 @@ func newStatements(schema string) statements {
 	s.leasedStatements(t)
 	s.waiterStatements(t)
 	s.retentionStatements(t)
+	s.periodic = newPeriodicStatements(schema)
 	return s
 }
 

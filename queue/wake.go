@@ -60,6 +60,14 @@ func (c *Client) onNotify(ev notify.Event) {
 		for _, l := range c.loops {
 			l.wake(sourceResync, 0)
 		}
+		select {
+		case c.pauseResync <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if strings.HasPrefix(ev.Payload, pausePrefix) || strings.HasPrefix(ev.Payload, resumePrefix) {
+		c.onPauseNotify(ev.Payload)
 		return
 	}
 	if strings.HasPrefix(ev.Payload, cancelPrefix) || strings.HasPrefix(ev.Payload, stopPrefix) {

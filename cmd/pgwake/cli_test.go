@@ -244,7 +244,7 @@ func TestStatsJSON(t *testing.T) {
 	}
 	for _, q := range doc["queues"] {
 		require.ElementsMatch(t, []string{"queue", "pending", "scheduled", "running", "failed",
-			"succeeded_last_minute", "oldest_pending_age_seconds"}, keys(q))
+			"succeeded_last_minute", "oldest_pending_age_seconds", "paused"}, keys(q))
 	}
 	def, other := doc["queues"][0], doc["queues"][1]
 	require.Equal(t, "default", def["queue"])

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +27,9 @@ Per queue:
   failed     jobs whose attempts ran out (see pgwake jobs retry)
   done/1m    jobs that succeeded in the last minute
   oldest     age of the oldest due job still waiting
-Queues with no pending, failed or recently finished job are not listed.
+  state      active, or paused (pgwake queues pause)
+Queues with no pending, failed or recently finished job are not listed,
+unless paused.
 
 "running" is exact and takes no lock: a pending row whose xmax is the
 transaction id of a transaction still open (pg_locks) is held by a claim.
@@ -34,7 +37,7 @@ The query scans the pending jobs once and reads pg_locks once.
 
 With --json, prints one document:
   {"queues":[{"queue":"default","pending":0,"scheduled":0,"running":0,"failed":0,
-   "succeeded_last_minute":0,"oldest_pending_age_seconds":0}]}
+   "succeeded_last_minute":0,"oldest_pending_age_seconds":0,"paused":false}]}
 With --watch, prints again every --interval until interrupted.
 
 Example:
@@ -52,6 +55,7 @@ type queueStats struct {
 	Failed              int64   `json:"failed"`
 	SucceededLastMinute int64   `json:"succeeded_last_minute"`
 	OldestPendingAgeSec float64 `json:"oldest_pending_age_seconds"`
+	Paused              bool    `json:"paused"`
 }
 
 // statsDoc is the --json document.
@@ -113,6 +117,11 @@ func collectStats(ctx context.Context, pool *pgxpool.Pool, schema string) ([]que
 	if err := rows.Err(); err != nil {
 		return nil, explainSchemaError(fmt.Errorf("read stats: %w", err), schema)
 	}
+	out, err = markPaused(ctx, pool, schema, out)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out, nil
 }
 
@@ -174,13 +183,17 @@ func printStatsTable(w io.Writer, st []queueStats) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tSCHEDULED\tRUNNING\tFAILED\tDONE/1m\tOLDEST")
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tSCHEDULED\tRUNNING\tFAILED\tDONE/1m\tOLDEST\tSTATE")
 	for _, s := range st {
 		oldest := "-"
 		if s.Pending > 0 {
 			oldest = roundDuration(time.Duration(s.OldestPendingAgeSec * float64(time.Second))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(s.Queue, false), s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest)
+		state := "active"
+		if s.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", printable(s.Queue, false), s.Pending, s.Scheduled, s.Running, s.Failed, s.SucceededLastMinute, oldest, state)
 	}
 	return tw.Flush()
 }

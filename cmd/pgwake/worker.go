@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -43,6 +44,15 @@ group:
     kind) runs out, the whole process group is killed (SIGKILL).
 A job of a kind with no --handler fails its attempt ("no handler registered").
 
+--periodic 'SPEC KIND [JSON]' enqueues one KIND job per slot of SPEC into
+--periodic-queue (default: the first of --queues), with run_after at the
+slot, however many workers run the same schedule: SPEC is a cron spec (5
+fields, or 6 with seconds first; @hourly, @daily, ...; "CRON_TZ=Zone "
+first for a zone other than UTC) or "@every D". JSON, when given, is the
+payload. The schedule is named KIND (KIND@SPEC when one kind has several).
+A slot that passed while no worker ran is run once when one starts, unless
+--periodic-skip-missed. See pgwake periodic list.
+
 SIGINT/SIGTERM: stop claiming, let running commands finish for up to
 --shutdown-timeout, then kill them (their jobs stay pending and run again).
 A second signal kills every running command and exits at once; the open
@@ -60,7 +70,8 @@ Example:
   pgwake worker --queues default,email --concurrency 4 \
     --handler 'email=exec:./send-mail.sh' \
     --handler 'resize=exec:convert - -resize 50% out/$PGWAKE_JOB_ID.png' \
-    --kind-timeout resize=2m`,
+    --kind-timeout resize=2m \
+    --handler 'report=exec:./report.sh' --periodic '0 6 * * * report {"daily":true}'`,
 		run: runWorker,
 	})
 }
@@ -86,12 +97,13 @@ type workerOptions struct {
 	retention       queue.Retention
 	leased          []string
 	leaseDuration   time.Duration
+	periodic        []queue.PeriodicJob
 	handlerConnEnv  bool
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
-	var handlerFlags, timeoutFlags, leasedFlags multiFlag
+	var handlerFlags, timeoutFlags, leasedFlags, periodicFlags multiFlag
 	var o workerOptions
 	queues := fs.String("queues", queue.DefaultQueue, "comma-separated queues to work")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once per queue")
@@ -106,6 +118,9 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
 	fs.BoolVar(&o.handlerConnEnv, "handler-connection-env", false, "pass pgwake's connection settings (DATABASE_URL, PGWAKE_*, PGPASSWORD and the other libpq PG* variables) to handler commands; default: removed from their environment")
 	checkRetention := retentionFlags(fs, "retain-", &o.retention)
+	fs.Var(&periodicFlags, "periodic", "'SPEC KIND [JSON]': enqueue a KIND job (payload JSON) once per slot of SPEC (cron, or @every D), whatever the number of workers; repeatable")
+	periodicQueue := fs.String("periodic-queue", "", "queue of the --periodic jobs (default: the first of --queues)")
+	periodicSkip := fs.Bool("periodic-skip-missed", false, "skip --periodic slots that passed while no worker ran (default: run the latest of them once)")
 	fs.StringVar(&o.listenerURL, "listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($PGWAKE_LISTENER_URL)")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
@@ -132,6 +147,13 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	}
 	o.leased = leasedFlags
+	pq := *periodicQueue
+	if pq == "" {
+		pq = o.queues[0]
+	}
+	if o.periodic, err = parsePeriodic(periodicFlags, pq, *periodicSkip); err != nil {
+		return err
+	}
 	if o.pollInterval < queue.MinPollInterval {
 		return usagef("--poll-interval %s is below %s", o.pollInterval, queue.MinPollInterval)
 	}
@@ -196,6 +218,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		Retention:          o.retention,
 		LeasedKinds:        o.leased,
 		LeaseDuration:      o.leaseDuration,
+		Periodic:           o.periodic,
 		Backoff:            func(attempt int) time.Duration { return exponentialBackoff(base, attempt) },
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
@@ -327,3 +350,44 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 }
 
 func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// parsePeriodic parses --periodic 'SPEC KIND [JSON]' flags: the JSON
+// starts at the first '{' or '[' after a space, KIND is the word before
+// it (or the last word), SPEC the rest.
+func parsePeriodic(flags []string, q string, skip bool) ([]queue.PeriodicJob, error) {
+	var out []queue.PeriodicJob
+	kinds := map[string]int{}
+	for _, f := range flags {
+		head, payload := f, ""
+		if i := strings.IndexAny(f, "{["); i > 0 && (f[i-1] == ' ' || f[i-1] == '\t') {
+			head, payload = f[:i], strings.TrimSpace(f[i:])
+		}
+		words := strings.Fields(head)
+		if len(words) < 2 {
+			return nil, usagef("--periodic %q: expected 'SPEC KIND [JSON]', e.g. '@every 10m cleanup' or '0 6 * * * report {\"daily\":true}'", f)
+		}
+		kind := words[len(words)-1]
+		spec := strings.Join(words[:len(words)-1], " ")
+		if err := queue.ValidateKind(kind); err != nil {
+			return nil, usagef("--periodic %q: %v", f, err)
+		}
+		if err := queue.ParseSpec(spec); err != nil {
+			return nil, usagef("--periodic %q: %v", f, err)
+		}
+		p := queue.PeriodicJob{Spec: spec, Job: queue.NewJob{Kind: kind, Queue: q}, SkipMissed: skip}
+		if payload != "" {
+			if !json.Valid([]byte(payload)) {
+				return nil, usagef("--periodic %q: the payload %.80q is not valid JSON", f, payload)
+			}
+			p.Job.Payload = json.RawMessage(payload)
+		}
+		kinds[kind]++
+		out = append(out, p)
+	}
+	for i := range out {
+		if kinds[out[i].Job.Kind] > 1 {
+			out[i].Name = out[i].Job.Kind + "@" + out[i].Spec
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,146 @@
+package queue_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// dbNow is the database's clock, which the effects table is stamped with.
+func (e *env) dbNow() time.Time {
+	e.t.Helper()
+	var now time.Time
+	require.NoError(e.t, e.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now))
+	return now
+}
+
+// workerOn builds a client on e's schema that works queue q, recording an
+// effect per job.
+func workerOn(t *testing.T, e *env, q string, poll time.Duration) *env {
+	var w *env
+	w = newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:       map[string]queue.QueueConfig{q: {MaxWorkers: 2}},
+		PollInterval: poll,
+		Handlers: map[string]queue.Handler{"work": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return effect(ctx, tx, w.schema, j)
+		})},
+	})
+	return w
+}
+
+// A pause made through one client stops claims in another within about
+// 100 ms (by notification: its poll is 5 s), enqueues still go in, and a
+// resume restarts claims at once.
+func TestPauseStopsClaimsInOtherClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := newEnv(t, queue.Config{})
+	w := workerOn(t, admin, "pq", 5*time.Second)
+	w.run()
+
+	// A steady stream of jobs, one every 5 ms.
+	streamCtx, stopStream := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for streamCtx.Err() == nil {
+			if _, err := admin.c.Enqueue(streamCtx, queue.NewJob{Queue: "pq", Kind: "work"}); err != nil && streamCtx.Err() == nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	defer func() { stopStream(); wg.Wait() }()
+	lastEffect := func(after time.Time) (time.Time, bool) {
+		var at *time.Time
+		require.NoError(t, w.pool.QueryRow(ctx, `SELECT max(at) FROM `+w.table("effects")+` WHERE at > $1`, after).Scan(&at))
+		if at == nil {
+			return time.Time{}, false
+		}
+		return *at, true
+	}
+	firstEffect := func(after time.Time) (time.Time, bool) {
+		var at *time.Time
+		require.NoError(t, w.pool.QueryRow(ctx, `SELECT min(at) FROM `+w.table("effects")+` WHERE at > $1`, after).Scan(&at))
+		if at == nil {
+			return time.Time{}, false
+		}
+		return *at, true
+	}
+
+	var stops, resumes []time.Duration
+	for round := range 5 {
+		waitFor(t, 10*time.Second, "the worker claiming", func() bool { _, ok := firstEffect(admin.dbNow().Add(-50 * time.Millisecond)); return ok })
+		require.NoError(t, admin.c.PauseQueue(ctx, "pq"))
+		paused := admin.dbNow()
+		pendingAtPause := admin.count(`queue = 'pq' AND state = 'pending'`)
+		time.Sleep(400 * time.Millisecond)
+		stop := time.Duration(0)
+		if at, ok := lastEffect(paused); ok {
+			stop = at.Sub(paused)
+		}
+		stops = append(stops, stop)
+		require.Greater(t, admin.count(`queue = 'pq' AND state = 'pending'`), pendingAtPause, "round %d: enqueues go in while paused", round)
+		require.Less(t, stop, time.Second, "round %d: claims went on %s after the pause", round, stop)
+
+		require.NoError(t, admin.c.ResumeQueue(ctx, "pq"))
+		resumed := admin.dbNow()
+		var first time.Time
+		waitFor(t, 10*time.Second, "a claim after the resume", func() bool {
+			at, ok := firstEffect(resumed)
+			first = at
+			return ok
+		})
+		resumes = append(resumes, first.Sub(resumed))
+	}
+	sort.Slice(stops, func(i, j int) bool { return stops[i] < stops[j] })
+	sort.Slice(resumes, func(i, j int) bool { return resumes[i] < resumes[j] })
+	t.Logf("pause: last claim after PauseQueue returned: %v (max %s); first claim after ResumeQueue returned: %v (max %s)",
+		stops, stops[len(stops)-1], resumes, resumes[len(resumes)-1])
+	require.Less(t, resumes[len(resumes)-1], 2*time.Second, "a resume must not wait for the 5 s poll")
+}
+
+// The pause is stored: a client started later obeys it, Queues and the
+// gauge show it, and a resume lets the job run.
+func TestPauseSurvivesClientRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := newEnv(t, queue.Config{})
+	require.ErrorIs(t, admin.c.PauseQueue(ctx, "Not A Queue"), queue.ErrInvalidQueue)
+	require.NoError(t, admin.c.PauseQueue(ctx, "pr"))
+	require.NoError(t, admin.c.PauseQueue(ctx, "pr"), "pausing twice is fine")
+	res, err := admin.c.Enqueue(ctx, queue.NewJob{Queue: "pr", Kind: "work"})
+	require.NoError(t, err)
+
+	w := workerOn(t, admin, "pr", 50*time.Millisecond)
+	stop := w.run()
+	waitFor(t, 5*time.Second, "the gauge", func() bool { return w.metric("pgwake_queue_paused", map[string]string{"queue": "pr"}) == 1 })
+	time.Sleep(300 * time.Millisecond) // several polls: still nothing claimed
+	require.Equal(t, 1, admin.count(`id = $1 AND state = 'pending'`, res.ID))
+	stop()
+
+	qs, err := admin.c.Queues(ctx)
+	require.NoError(t, err)
+	require.Len(t, qs, 1)
+	require.Equal(t, "pr", qs[0].Queue)
+	require.True(t, qs[0].Paused)
+	require.False(t, qs[0].PausedAt.IsZero())
+
+	w2 := workerOn(t, admin, "pr", 5*time.Second)
+	w2.run()
+	require.NoError(t, admin.c.ResumeQueue(ctx, "pr"))
+	waitFor(t, 5*time.Second, "the job to run", func() bool { return admin.count(`id = $1 AND state = 'succeeded'`, res.ID) == 1 })
+	require.Equal(t, 0.0, w2.metric("pgwake_queue_paused", map[string]string{"queue": "pr"}))
+	qs, err = admin.c.Queues(ctx)
+	require.NoError(t, err)
+	for _, q := range qs {
+		require.False(t, q.Paused, q.Queue)
+	}
+}

@@ -1,0 +1,51 @@
+package queue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// planSlots without a database: slots ahead, lateness that is not a miss,
+// missed slots collapsed to the latest (or skipped), cron walks.
+func TestPlanSlots(t *testing.T) {
+	t.Parallel()
+	every, err := parseSchedule("@every 200ms")
+	require.NoError(t, err)
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	ptr := func(t time.Time) *time.Time { return &t }
+
+	// New schedule: every slot within the lead, none in the past.
+	p := planSlots(every, nil, at(50), false)
+	require.Equal(t, []time.Time{at(200), at(400), at(600), at(800), at(1000)}, p.enqueue)
+	require.Equal(t, at(1000), p.newLast)
+
+	// Enqueued up to 1000 ms; at 500 ms only 1200 ms and 1400 ms are new.
+	p = planSlots(every, ptr(at(1000)), at(500), false)
+	require.Equal(t, []time.Time{at(1200), at(1400)}, p.enqueue)
+
+	// Nothing new within the lead: wait until the next slot enters it.
+	p = planSlots(every, ptr(at(1400)), at(390), false)
+	require.True(t, p.newLast.IsZero())
+	require.Equal(t, 210*time.Millisecond, p.wait) // 1600 ms enters the lead at 600 ms
+
+	// Everything stopped after 1000 ms; at 5050 ms slots 1200..5000 were
+	// missed: the latest runs once (or none with skip), then the lead.
+	p = planSlots(every, ptr(at(1000)), at(5050), false)
+	require.Equal(t, at(5000), p.enqueue[0])
+	require.Equal(t, 19, p.skipped)
+	require.Equal(t, at(6000), p.newLast)
+	p = planSlots(every, ptr(at(1000)), at(5050), true)
+	require.Equal(t, at(5200), p.enqueue[0])
+	require.Equal(t, 20, p.skipped)
+
+	// Cron: every minute; down for 10 minutes.
+	cron, err := parseSchedule("* * * * *")
+	require.NoError(t, err)
+	p = planSlots(cron, ptr(base), base.Add(10*time.Minute+30*time.Second), false)
+	require.Equal(t, []time.Time{base.Add(10 * time.Minute)}, p.enqueue)
+	require.Equal(t, 9, p.skipped)
+	require.Equal(t, 29*time.Second, planSlots(cron, ptr(base.Add(10*time.Minute)), base.Add(10*time.Minute+30*time.Second), false).wait)
+}
