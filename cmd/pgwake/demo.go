@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -109,7 +110,16 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 		defer func() {
 			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+sqlident.Quote(schema)+` CASCADE`); err != nil {
+			// Sessions still ending (the listener, a worker's last
+			// statements) can make the drop a deadlock victim: try again.
+			var err error
+			for try := 0; try < 5; try++ {
+				if _, err = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+sqlident.Quote(schema)+` CASCADE`); err == nil || !isDeadlock(err) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
 				fmt.Fprintf(env.stderr, "pgwake demo: could not drop schema %s: %v\n", schema, err)
 			}
 			pool.Close()
@@ -625,4 +635,10 @@ func randomSuffix() string {
 		b[i] = letters[rand.IntN(len(letters))]
 	}
 	return string(b)
+}
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }
