@@ -129,8 +129,9 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return out
 	}
-	var runAfter2 any
+	var runAfter2, runAfter4 any
 	require.NoError(t, pool.QueryRow(ctx, `SELECT run_after FROM `+jobs+` WHERE id = 2`).Scan(&runAfter2))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT run_after FROM `+jobs+` WHERE id = 4`).Scan(&runAfter4))
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -149,7 +150,7 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 	defer rollback(tx)
 	// After job 2 (priority 0): job 4, then priority 1 and 2.
 	require.Equal(t, []int64{4, 3, 1}, ids(tx, s.claimPlainAfter, "q", 3, int16(0), runAfter2, int64(2)))
-	require.Equal(t, []int64{5}, ids(tx, s.claimOne, "q"))
+	require.Equal(t, []int64{2}, ids(tx, s.claimOne, "q"), "the head again: this transaction's own locks are not skipped")
 	rollback(tx)
 
 	// Head and rest: kind 'alone' runs alone; the rest of a batch follows
@@ -160,11 +161,15 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 	require.NoError(t, err)
 	defer rollback(tx)
 	require.Equal(t, []int64{2, 4, 1, 5}, ids(tx, s.claim, "q", 8, []string{"alone"}, []string{}, 8))
-	require.Equal(t, []int64{3}, ids(tx, s.claim, "q", 8, []string{"alone"}, []string{}, 8))
+	other, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(other)
+	require.Equal(t, []int64{3}, ids(other, s.claim, "q", 8, []string{"alone"}, []string{}, 8))
+	rollback(other)
 	rollback(tx)
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
 	defer rollback(tx)
-	require.Equal(t, []int64{3}, ids(tx, s.claimAfter, "q", 8, []string{"alone"}, []string{}, 8, int16(0), runAfter2, int64(4)))
+	require.Equal(t, []int64{3}, ids(tx, s.claimAfter, "q", 8, []string{"alone"}, []string{}, 8, int16(0), runAfter4, int64(4)))
 	rollback(tx)
 }
