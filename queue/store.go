@@ -79,7 +79,9 @@ type statements struct {
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
 	idleBarrier                                                  string
 	uniqueHolders                                                string
-	deleteFinished                                               string
+	// deleteFinished deletes up to $3 jobs of state $1 that finished more
+	// than $2 µs ago.
+	deleteFinished string
 }
 
 // stateIs is the check that a job found by id is still in state, for the
@@ -409,23 +411,21 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
 ORDER BY j.priority, j.run_after, j.id`
 }
 
+// deleteFinishedSQL deletes up to $3 jobs of state $1 that finished more
+// than $2 µs ago, oldest first. The range scan of jobs_finished_idx (state,
+// finished_at) starts at the state's oldest job and stops at its cutoff, so
+// a batch reads what it deletes, not the jobs retention keeps (migration
+// 0011). The delete probes the primary key for each id. SKIP LOCKED: a job
+// that Retry is putting back to pending right now is not waited for.
 func deleteFinishedSQL(jobs string) string {
-	// The range scan on jobs_finished_idx stops at the oldest cutoff; the
-	// per-state cutoffs filter within it. SKIP LOCKED: a job that Retry is
-	// putting back to pending right now is not waited for.
 	return `
-WITH expired AS (
+DELETE FROM ` + jobs + ` j
+WHERE j.id = ANY(ARRAY(
 	SELECT id FROM ` + jobs + `
-	WHERE finished_at < now() - least($1::float8, $2::float8, $3::float8) * interval '1 microsecond'
-	  AND ((state = 'succeeded' AND finished_at < now() - $1::float8 * interval '1 microsecond')
-	    OR (state = 'cancelled' AND finished_at < now() - $2::float8 * interval '1 microsecond')
-	    OR (state = 'failed' AND finished_at < now() - $3::float8 * interval '1 microsecond'))
+	WHERE state = $1::text AND finished_at < now() - $2::float8 * interval '1 microsecond'
 	ORDER BY finished_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
-RETURNING j.state`
+	LIMIT $3::int
+	FOR UPDATE SKIP LOCKED))`
 }
 
 // failedTailSQL follows a CTE j that moved a job after a failed attempt
