@@ -58,7 +58,7 @@ func flatSchema(t *testing.T, pool *pgxpool.Pool) (string, string) {
 func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
 	schema, jobs := flatSchema(t, pool)
 	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, priority, run_after)
 		SELECT 'q', 'k', (i % 3)::smallint, now() + interval '1 hour' + (i % 10000) * interval '1 minute'
@@ -104,7 +104,7 @@ func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 func TestClaimWalkOrderAndLocks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
 	schema, jobs := flatSchema(t, pool)
 	// Due jobs at priorities 2, 0, 1, 0, 2 (ids 1-5, older first), and
 	// future jobs at every priority between them.
@@ -182,7 +182,7 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 func TestRetentionIsFlatInKeptJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
 	schema, jobs := flatSchema(t, pool)
 	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, state, attempts, finished_at)
 		SELECT 'q', 'k', s.state, 1, now() - s.age - (i % 1000) * interval '1 second'
