@@ -10,7 +10,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure pgwake: drain, latency, idle, delayed, enqueue and scale",
+		summary: "measure pgwake: drain, latency, idle, delayed, enqueue, scale, scheduled and housekeeping",
 		usage: `Usage: pgwake bench [--modes LIST] [--json] [--runs N] [size flags] [flags]
 
 Runs pgwake's benchmark modes and prints a table (or, with --json, one JSON
@@ -28,6 +28,15 @@ checks that each job was handled exactly once.
            workers, against a plain one-row INSERT baseline in the same run
   scale    drain of --scale-small vs --scale-large pending jobs, and of
            --scale-small with --scale-finished finished jobs in the table
+  scheduled
+           latency (--rate, --duration) on an empty queue, then with
+           --scheduled-jobs jobs scheduled 1h-7d ahead in the same queue:
+           p99_ratio (target <= 1.2)
+  housekeeping
+           retention (under statement_timeout 50ms) and events prune, time
+           per batch with --housekeeping-small and --housekeeping-large
+           finished jobs and events kept, --housekeeping-expired deleted:
+           retention_ratio and prune_ratio (target <= 1.5)
 
 pgwake runs with queue.Config defaults; only the queue ("bench",
 MaxWorkers --workers) and a no-op handler are set. Each mode works in a
@@ -41,7 +50,8 @@ bench/peers: cd bench/peers && go run . (see docs/benchmarks.md).
 Example:
   pgwake bench
   pgwake bench --modes latency,idle --runs 3
-  pgwake bench --modes scale --scale-large 1000000 --scale-finished 1000000 --json`,
+  pgwake bench --modes scale --scale-large 1000000 --scale-finished 1000000 --json
+  pgwake bench --modes scheduled,housekeeping --runs 3`,
 		run: runBench,
 	})
 }

@@ -18,7 +18,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 		s     Sizes
 	)
 	d := DefaultSizes()
-	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, or all")
+	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, scheduled, housekeeping, or all")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per mode and system instead of tables")
 	fs.IntVar(&o.Runs, "runs", 1, "repeat every mode this many times and report the medians")
 	fs.IntVar(&o.Workers, "workers", 10, "jobs run at once by each system (pgwake MaxWorkers, whose default is 10)")
@@ -35,6 +35,10 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.ScaleSmall, "scale-small", d.ScaleSmall, "scale: the small backlog")
 	fs.IntVar(&s.ScaleLarge, "scale-large", d.ScaleLarge, "scale: the large backlog (the scale target is 1000000)")
 	fs.IntVar(&s.ScaleFinished, "scale-finished", d.ScaleFinished, "scale: finished jobs left in the table for the third case (0 skips it)")
+	fs.IntVar(&s.ScheduledJobs, "scheduled-jobs", d.ScheduledJobs, "scheduled: jobs scheduled 1h-7d ahead for the second latency run")
+	fs.IntVar(&s.HousekeepingSmall, "housekeeping-small", d.HousekeepingSmall, "housekeeping: finished jobs and events kept, first case")
+	fs.IntVar(&s.HousekeepingLarge, "housekeeping-large", d.HousekeepingLarge, "housekeeping: finished jobs and events kept, second case")
+	fs.IntVar(&s.HousekeepingExpired, "housekeeping-expired", d.HousekeepingExpired, "housekeeping: expired jobs and events deleted in each case")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
 	return func() (Options, error) {

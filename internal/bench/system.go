@@ -21,10 +21,16 @@ const (
 	ModeDelayed Mode = "delayed"
 	ModeEnqueue Mode = "enqueue"
 	ModeScale   Mode = "scale"
+	// ModeScheduled is the latency mode with no backlog and with jobs
+	// scheduled ahead in the same queue.
+	ModeScheduled Mode = "scheduled"
+	// ModeHousekeeping times retention and event pruning batches with few
+	// and with many rows kept (systems that implement Housekeeper).
+	ModeHousekeeping Mode = "housekeeping"
 )
 
 // AllModes lists every mode in run order.
-var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale}
+var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeScheduled, ModeHousekeeping}
 
 // ErrUnknownMode is wrapped by ParseModes for a name that is not a mode.
 var ErrUnknownMode = errors.New("unknown bench mode")
@@ -167,4 +173,22 @@ type Finisher interface {
 // a mode run have stopped; its figures join the result's extras.
 type Diagnoser interface {
 	Diagnostics() map[string]float64
+}
+
+// Housekeeper is a system whose housekeeping the housekeeping mode times.
+type Housekeeper interface {
+	// Housekeep fills the system's fresh tables with kept finished jobs and
+	// kept events, and expired ones of each, then deletes what expired and
+	// returns the time of each.
+	Housekeep(ctx context.Context, kept, expired int) (Housekeeping, error)
+}
+
+// Housekeeping is what one Housekeep call measured.
+type Housekeeping struct {
+	// RetentionBatches and PruneBatches are how many statements each
+	// deletion took; Retention and Prune their total times.
+	RetentionBatches, PruneBatches int
+	Retention, Prune               time.Duration
+	// JobsDeleted and EventsDeleted should equal the expired count.
+	JobsDeleted, EventsDeleted int64
 }
