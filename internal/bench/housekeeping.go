@@ -46,10 +46,9 @@ func (p *Pgwake) Housekeep(ctx context.Context, kept, expired int) (Housekeeping
 			return h, fmt.Errorf("fill tables: %w", err)
 		}
 	}
-	if _, err := p.env.Pool.Exec(ctx, `VACUUM ANALYZE `+jobs+`; VACUUM ANALYZE `+evs); err != nil {
+	if err := p.Settle(ctx); err != nil {
 		return h, err
 	}
-	checkpoint(ctx, p.env.Pool)
 
 	cfg := p.env.Pool.Config().Copy()
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "50ms"
@@ -82,4 +81,16 @@ func (p *Pgwake) Housekeep(ctx context.Context, kept, expired int) (Housekeeping
 	}
 	h.PruneBatches = expired/housekeepingBatch + 1
 	return h, nil
+}
+
+// Settle vacuums and analyzes the jobs and events tables, so that no
+// autovacuum of a bulk insert runs during the measurement after it.
+func (p *Pgwake) Settle(ctx context.Context) error {
+	for _, t := range []string{"jobs", "events"} {
+		if _, err := p.env.Pool.Exec(ctx, `VACUUM ANALYZE `+sqlident.Quote(p.schema, t)); err != nil {
+			return err
+		}
+	}
+	checkpoint(ctx, p.env.Pool)
+	return nil
 }

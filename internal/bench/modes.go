@@ -659,6 +659,9 @@ func (rn *runner) scheduled(ctx context.Context) ([]Result, error) {
 						return fmt.Errorf("%s: schedule jobs %d..%d: %w", rn.sys.Name(), from, to-1, err)
 					}
 				}
+				if st, ok := rn.sys.(Settler); ok {
+					return st.Settle(ctx)
+				}
 				return nil
 			}
 		}

@@ -175,6 +175,12 @@ type Diagnoser interface {
 	Diagnostics() map[string]float64
 }
 
+// Settler is a system that can bring its tables to a steady state after a
+// bulk insert (vacuum, statistics), before a measurement.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
 // Housekeeper is a system whose housekeeping the housekeeping mode times.
 type Housekeeper interface {
 	// Housekeep fills the system's fresh tables with kept finished jobs and
