@@ -706,6 +706,7 @@ func (rn *runner) housekeeping(ctx context.Context) ([]Result, error) {
 			res.Extra["prune_batches"] = float64(h.PruneBatches)
 			res.Extra["prune_batch_ms"] = ms(h.Prune) / float64(max(h.PruneBatches, 1))
 			res.Missing = max(int64(expired)-h.JobsDeleted, 0) + max(int64(expired)-h.EventsDeleted, 0)
+			res.JobsPerSec = float64(h.JobsDeleted) / max(h.Retention.Seconds(), 1e-9)
 			return nil
 		})
 		if i > 0 && len(out) > 0 {
