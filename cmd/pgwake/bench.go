@@ -36,7 +36,8 @@ checks that each job was handled exactly once.
            retention (under statement_timeout 50ms) and events prune, time
            per batch with --housekeeping-small and --housekeeping-large
            finished jobs and events kept, --housekeeping-expired deleted:
-           retention_ratio and prune_ratio (target <= 1.5)
+           retention_ratio and prune_ratio (target <= 1.5); jobs/s is
+           retention's deleted jobs per second
 
 pgwake runs with queue.Config defaults; only the queue ("bench",
 MaxWorkers --workers) and a no-op handler are set. Each mode works in a
