@@ -223,3 +223,33 @@ func TestRetentionIsFlatInKeptJobs(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs).Scan(&kept))
 	require.Equal(t, 201000, kept)
 }
+
+// A batch the server cancels (statement_timeout) is retried smaller: with
+// every row's delete made to take 2 ms, no batch of 1,000 (or of 50) fits
+// in a 50 ms statement_timeout, and DeleteFinished still deletes every
+// expired job.
+func TestRetentionShrinksCancelledBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil)
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, state, attempts, finished_at)
+		SELECT 'q', 'k', 'succeeded', 1, now() - interval '2 days' FROM generate_series(1, 120)`)
+	require.NoError(t, err)
+	slowDelete := sqlident.Quote(schema, "slow_delete")
+	_, err = pool.Exec(ctx, `CREATE FUNCTION `+slowDelete+`() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TRIGGER slow_delete BEFORE DELETE ON `+jobs+` FOR EACH ROW EXECUTE FUNCTION `+slowDelete+`()`)
+	require.NoError(t, err)
+
+	slow := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "50ms" })
+	// A full batch is cancelled.
+	_, err = slow.Exec(ctx, newStatements(schema).deleteFinished, StateSucceeded, 86400e6, deleteBatch)
+	require.Error(t, err)
+	c, err := New(slow, Config{Schema: schema})
+	require.NoError(t, err)
+	n, err := c.DeleteFinished(ctx, Retention{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{StateSucceeded: 120}, n)
+}
