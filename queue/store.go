@@ -180,13 +180,7 @@ FOR UPDATE OF j SKIP LOCKED`
 	// future run_after of each: a few probes instead of a second index
 	// on every enqueue.
 	s.next = `
-WITH RECURSIVE p(priority) AS (
-	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM ` + jobs + ` j
-		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
-	FROM p WHERE p.priority IS NOT NULL
-)
+WITH RECURSIVE ` + prioritiesSQL(jobs, "") + `
 SELECT extract(epoch FROM min((
 	SELECT j.run_after FROM ` + jobs + ` j
 	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
