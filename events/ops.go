@@ -207,10 +207,16 @@ func (s *Stream) lagLoop(ctx context.Context) {
 	}
 }
 
-// DeleteBefore deletes, in batches of batch rows (default 10,000), the
-// events older than cutoff whose job finished before cutoff or no longer
-// exists. Events of unfinished jobs are kept, so Verify still holds for
-// every job whose history is complete. It returns how many rows it deleted.
+// DeleteBefore deletes the events older than cutoff whose job finished
+// before cutoff or no longer exists, and returns how many it deleted.
+// Events of unfinished jobs are kept, so Verify still holds for every job
+// whose history is complete.
+//
+// It walks the log in id order, batch events (default 10,000) per
+// statement, each statement deleting what qualifies in its window and
+// probing the job of each old event by primary key, so a statement's cost
+// does not depend on the log's size. The log is appended in time order: it
+// stops after the first window that holds an event at or after cutoff.
 func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff time.Time, batch int) (int64, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return 0, err
@@ -218,22 +224,45 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 	if batch <= 0 {
 		batch = 10000
 	}
-	events, jobs := sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs")
-	q := `
-DELETE FROM ` + events + ` WHERE id IN (
-	SELECT e.id FROM ` + events + ` e
-	WHERE e.at < $1 AND NOT EXISTS (
-		SELECT 1 FROM ` + jobs + ` j WHERE j.id = e.job_id AND (j.finished_at IS NULL OR j.finished_at >= $1))
-	ORDER BY e.at LIMIT $2)`
-	var total int64
+	q := deleteBeforeSQL(sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs"))
+	var total, after int64
 	for {
-		tag, err := pool.Exec(ctx, q, cutoff, batch)
-		if err != nil {
+		var last *int64
+		var deleted int64
+		var done bool
+		if err := pool.QueryRow(ctx, q, cutoff, after, batch).Scan(&last, &deleted, &done); err != nil {
 			return total, fmt.Errorf("events: retention delete: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		total += deleted
+		if last == nil || done {
 			return total, nil
 		}
+		after = *last
 	}
+}
+
+// deleteBeforeSQL deletes, among the $3 events after id $2, those older
+// than $1 whose job finished before $1 or is gone. Rows: the window's last
+// id (NULL: the log ends), how many it deleted, and whether the window
+// reached an event at or after $1. The job is looked up by a scalar
+// subquery, one primary-key probe per old event: a join let the planner
+// hash all of jobs, and the old ORDER BY at (a BRIN index) sorted the whole
+// log for every batch.
+func deleteBeforeSQL(events, jobs string) string {
+	return `
+WITH w AS (
+	SELECT e.id, e.at,
+		CASE WHEN e.at < $1 THEN
+			(SELECT j.finished_at IS NULL OR j.finished_at >= $1 FROM ` + jobs + ` j WHERE j.id = e.job_id)
+		END AS keep
+	FROM ` + events + ` e
+	WHERE e.id > $2::bigint
+	ORDER BY e.id
+	LIMIT $3::int
+), d AS (
+	DELETE FROM ` + events + ` e
+	WHERE e.id = ANY(ARRAY(SELECT w.id FROM w WHERE w.at < $1 AND w.keep IS NOT TRUE))
+	RETURNING 1
+)
+SELECT (SELECT max(w.id) FROM w), (SELECT count(*) FROM d), coalesce((SELECT bool_or(w.at >= $1) FROM w), true)`
 }

@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -35,7 +37,7 @@ const (
 	DefaultRetainFailed    = 7 * 24 * time.Hour
 )
 
-// deleteBatch is how many jobs one DELETE statement removes: short
+// deleteBatch is how many jobs one DELETE statement removes at most: short
 // statements, so retention never holds many row locks or a long snapshot.
 const deleteBatch = 1000
 
@@ -65,48 +67,63 @@ func (r Retention) validate() error {
 // keepsAll reports whether nothing is ever deleted.
 func (r Retention) keepsAll() bool { return r.Succeeded < 0 && r.Cancelled < 0 && r.Failed < 0 }
 
-// micros is a retention period as the statement takes it: NULL keeps all.
-func micros(d time.Duration) *float64 {
-	if d < 0 {
-		return nil
-	}
-	us := float64(d.Microseconds())
-	return &us
-}
-
 // DeleteFinished deletes the finished jobs that r says have expired, in
 // short batches, and returns how many it deleted by state. Zero fields of r
 // take the defaults and negative ones keep that state for ever, as in
 // Config.Retention. Pending jobs are never deleted. Run calls this every
 // Retention.Interval; call it yourself from a client that does not Run, or
 // use `pgwake jobs prune`.
+//
+// It deletes one state at a time, oldest first, each with its own cutoff:
+// a batch reads the jobs it deletes, not those kept. A batch cancelled by
+// the server (a role's statement_timeout, SQLSTATE 57014) is retried at
+// half its size, down to one job, so retention still makes progress on a
+// slow or busy server; the size grows back after each full batch.
 func (c *Client) DeleteFinished(ctx context.Context, r Retention) (map[string]int64, error) {
 	r = r.withDefaults()
 	out := map[string]int64{}
-	if r.keepsAll() {
-		return out, nil
-	}
-	for {
-		rows, err := c.pool.Query(ctx, c.sql.deleteFinished, micros(r.Succeeded), micros(r.Cancelled), micros(r.Failed), deleteBatch)
+	for _, st := range []struct {
+		state string
+		keep  time.Duration
+	}{{StateSucceeded, r.Succeeded}, {StateCancelled, r.Cancelled}, {StateFailed, r.Failed}} {
+		if st.keep < 0 {
+			continue
+		}
+		n, err := c.deleteExpired(ctx, st.state, st.keep)
+		if n > 0 {
+			out[st.state] = n
+		}
 		if err != nil {
-			return out, fmt.Errorf("queue: delete finished jobs: %w", err)
+			return out, fmt.Errorf("queue: delete finished %s jobs: %w", st.state, err)
 		}
-		n := 0
-		for rows.Next() {
-			var state string
-			if err := rows.Scan(&state); err != nil {
-				rows.Close()
-				return out, fmt.Errorf("queue: delete finished jobs: %w", err)
+	}
+	return out, nil
+}
+
+// sqlstateQueryCanceled is a statement the server cancelled: its
+// statement_timeout, or pg_cancel_backend.
+const sqlstateQueryCanceled = "57014"
+
+// deleteExpired deletes the jobs of state that finished more than keep ago,
+// in batches of at most deleteBatch, halving a batch the server cancelled.
+func (c *Client) deleteExpired(ctx context.Context, state string, keep time.Duration) (int64, error) {
+	var total int64
+	size := deleteBatch
+	for {
+		tag, err := c.pool.Exec(ctx, c.sql.deleteFinished, state, float64(keep.Microseconds()), size)
+		if err != nil {
+			var pe *pgconn.PgError
+			if ctx.Err() == nil && size > 1 && errors.As(err, &pe) && pe.Code == sqlstateQueryCanceled {
+				size /= 2
+				continue
 			}
-			out[state]++
-			n++
+			return total, err
 		}
-		if err := rows.Err(); err != nil {
-			return out, fmt.Errorf("queue: delete finished jobs: %w", err)
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(size) {
+			return total, nil
 		}
-		if n < deleteBatch {
-			return out, nil
-		}
+		size = min(size*2, deleteBatch)
 	}
 }
 

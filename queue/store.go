@@ -81,7 +81,9 @@ type statements struct {
 
 	setWaiter, heartbeat, dropWaiters, pruneWaiters, pruneStarts string
 	idleBarrier                                                  string
-	deleteFinished                                               string
+	// deleteFinished deletes up to $3 jobs of state $1 that finished more
+	// than $2 µs ago.
+	deleteFinished string
 
 	// periodic and pause are the statements of periodic schedules and
 	// paused queues (store_periodic.go).
@@ -138,11 +140,13 @@ func (s *statements) enqueueStatements(t tables) {
 // claimStatements: jobs and attempts: claims.
 func (s *statements) claimStatements(t tables) {
 	jobs, attempts := t.jobs, t.attempts
-	s.claim = claimBatchSQL(jobs, attempts, "")
-	s.claimAfter = claimBatchSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
-	s.claimOne = claimPlainSQL(jobs, attempts, "", "1")
-	s.claimPlain = claimPlainSQL(jobs, attempts, "", "$2::int")
-	s.claimPlainAfter = claimPlainSQL(jobs, attempts, "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int")
+	s.claim = claimBatchSQL(jobs, attempts, "", "")
+	s.claimAfter = claimBatchSQL(jobs, attempts, "AND j.priority >= $6::smallint",
+		"AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
+	s.claimOne = claimPlainSQL(jobs, attempts, "", "", "1")
+	s.claimPlain = claimPlainSQL(jobs, attempts, "", "", "$2::int")
+	s.claimPlainAfter = claimPlainSQL(jobs, attempts, "AND j.priority >= $3::smallint",
+		"AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int")
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
@@ -155,13 +159,7 @@ FOR UPDATE OF j SKIP LOCKED`
 	// future run_after of each: a few probes instead of a second index
 	// on every enqueue.
 	s.next = `
-WITH RECURSIVE p(priority) AS (
-	(SELECT priority FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1 ORDER BY priority LIMIT 1)
-	UNION ALL
-	SELECT (SELECT j.priority FROM ` + jobs + ` j
-		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
-	FROM p WHERE p.priority IS NOT NULL
-)
+WITH RECURSIVE ` + prioritiesSQL(jobs, "") + `
 SELECT extract(epoch FROM min((
 	SELECT j.run_after FROM ` + jobs + ` j
 	WHERE j.state = 'pending' AND j.queue = $1 AND j.priority = p.priority AND j.run_after > now()
@@ -289,15 +287,51 @@ func claimableSQL(attempts string) string {
 	AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id AND a.attempt > j.attempts)`
 }
 
+// prioritiesSQL is the recursive CTE p(priority): the distinct priorities
+// of queue $1's pending jobs in ascending order, each found by one probe of
+// the claim index, then a NULL row that ends the walk. from bounds the
+// first one (the cursor's priority).
+//
+// The claim index is ordered (queue, priority, run_after, id): a scan
+// bounded by the queue alone cannot stop at run_after <= now(), so with
+// jobs scheduled ahead it read every one of them (300,000 jobs: about 2,000
+// buffers per claim). The claims walk the priorities instead and range-scan
+// each one up to now(): a few index pages each, however many jobs wait in
+// the future (TestClaimCostIsFlatInFutureJobs).
+func prioritiesSQL(jobs, from string) string {
+	return `p(priority) AS (
+	(SELECT j.priority FROM ` + jobs + ` j WHERE j.state = 'pending' AND j.queue = $1 ` + from + ` ORDER BY j.priority LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM ` + jobs + ` j
+		WHERE j.state = 'pending' AND j.queue = $1 AND j.priority > p.priority ORDER BY j.priority LIMIT 1)
+	FROM p WHERE p.priority IS NOT NULL
+)`
+}
+
+// claimWalkSQL selects cols of up to limit claimable jobs that also meet
+// cond (and the cursor condition after), in claim order, and locks them
+// (SKIP LOCKED): a nested loop over the priorities of CTE p, one range
+// scan of the claim index per priority. The outer LIMIT stops the loop as
+// soon as limit rows are locked, so no row is locked that is not returned.
+func claimWalkSQL(jobs, attempts, cols, cond, after, limit string) string {
+	return `SELECT x.* FROM p, LATERAL (
+		SELECT ` + cols + ` FROM ` + jobs + ` j
+		WHERE ` + claimableSQL(attempts) + ` AND j.priority = p.priority ` + after + cond + `
+		ORDER BY j.run_after, j.id
+		LIMIT ` + limit + `
+		FOR UPDATE OF j SKIP LOCKED) x
+	WHERE p.priority IS NOT NULL
+	LIMIT ` + limit
+}
+
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor
-// condition after.
-func claimPlainSQL(jobs, attempts, after, limit string) string {
+// condition after (from: the cursor's bound on the priority walk).
+func claimPlainSQL(jobs, attempts, from, after, limit string) string {
 	return `
-SELECT ` + claimCols + ` FROM ` + jobs + ` j
-WHERE ` + claimableSQL(attempts) + ` ` + after + `
-ORDER BY j.priority, j.run_after, j.id
-LIMIT ` + limit + `
-FOR UPDATE SKIP LOCKED`
+WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, c AS (
+	` + claimWalkSQL(jobs, attempts, claimCols, "", after, limit) + `
+)
+SELECT * FROM c ORDER BY priority, run_after, id`
 }
 
 // claimBatchSQL claims the head job and up to more jobs of the same mode:
@@ -305,47 +339,39 @@ FOR UPDATE SKIP LOCKED`
 // is a held kind not in $3 (kinds that run alone: slow or not yet
 // measured), up to $2 - 1 more such jobs; otherwise none. So a slow job
 // never holds others of its batch, and a batch is all leased or all held.
-// after is the cursor condition.
-func claimBatchSQL(jobs, attempts, after string) string {
+// after is the cursor condition, from its bound on the priority walk.
+func claimBatchSQL(jobs, attempts, from, after string) string {
 	return `
-WITH head AS (
-	SELECT j.id, j.kind, j.kind = ANY($4::text[]) AS leased FROM ` + jobs + ` j
-	WHERE ` + claimableSQL(attempts) + ` ` + after + `
-	ORDER BY j.priority, j.run_after, j.id
-	LIMIT 1
-	FOR UPDATE SKIP LOCKED
+WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
+	` + claimWalkSQL(jobs, attempts, `j.id, j.kind, j.kind = ANY($4::text[]) AS leased`, "", after, "1") + `
 ), rest AS (
-	SELECT j.id FROM ` + jobs + ` j, head h
-	WHERE ` + claimableSQL(attempts) + ` ` + after + `
-	  AND j.id <> h.id
-	  AND CASE WHEN h.leased THEN j.kind = ANY($4::text[])
-	      ELSE h.kind <> ALL($3::text[]) AND j.kind <> ALL($3::text[]) AND j.kind <> ALL($4::text[]) END
-	ORDER BY j.priority, j.run_after, j.id
-	LIMIT (SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1 FROM head h)
-	FOR UPDATE OF j SKIP LOCKED
+	SELECT r.id FROM head h, LATERAL (
+	` + claimWalkSQL(jobs, attempts, `j.id`, `
+		  AND j.id <> h.id
+		  AND CASE WHEN h.leased THEN j.kind = ANY($4::text[])
+		      ELSE h.kind <> ALL($3::text[]) AND j.kind <> ALL($3::text[]) AND j.kind <> ALL($4::text[]) END`,
+		after, `(SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1)`) + `) r
 )
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
 WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
 ORDER BY j.priority, j.run_after, j.id`
 }
 
+// deleteFinishedSQL deletes up to $3 jobs of state $1 that finished more
+// than $2 µs ago, oldest first. The range scan of jobs_finished_idx (state,
+// finished_at) starts at the state's oldest job and stops at its cutoff, so
+// a batch reads what it deletes, not the jobs retention keeps (migration
+// 0011). The delete probes the primary key for each id. SKIP LOCKED: a job
+// that Retry is putting back to pending right now is not waited for.
 func deleteFinishedSQL(jobs string) string {
-	// The range scan on jobs_finished_idx stops at the oldest cutoff; the
-	// per-state cutoffs filter within it. SKIP LOCKED: a job that Retry is
-	// putting back to pending right now is not waited for.
 	return `
-WITH expired AS (
+DELETE FROM ` + jobs + ` j
+WHERE j.id = ANY(ARRAY(
 	SELECT id FROM ` + jobs + `
-	WHERE finished_at < now() - least($1::float8, $2::float8, $3::float8) * interval '1 microsecond'
-	  AND ((state = 'succeeded' AND finished_at < now() - $1::float8 * interval '1 microsecond')
-	    OR (state = 'cancelled' AND finished_at < now() - $2::float8 * interval '1 microsecond')
-	    OR (state = 'failed' AND finished_at < now() - $3::float8 * interval '1 microsecond'))
+	WHERE state = $1::text AND finished_at < now() - $2::float8 * interval '1 microsecond'
 	ORDER BY finished_at
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM ` + jobs + ` j USING expired WHERE j.id = expired.id
-RETURNING j.state`
+	LIMIT $3::int
+	FOR UPDATE SKIP LOCKED))`
 }
 
 // failedSetSQL sets the state a failed attempt leads to ($4: pending,

@@ -38,6 +38,9 @@ const (
 	ModeDelayed = bench.ModeDelayed
 	ModeEnqueue = bench.ModeEnqueue
 	ModeScale   = bench.ModeScale
+	// ModeScheduled and ModeHousekeeping: see internal/bench.
+	ModeScheduled    = bench.ModeScheduled
+	ModeHousekeeping = bench.ModeHousekeeping
 )
 
 // Functions of the harness; see internal/bench.

@@ -11,7 +11,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure pgwake: drain, latency, idle, delayed, enqueue and scale",
+		summary: "measure pgwake: drain, latency, idle, delayed, enqueue, scale, scheduled and housekeeping",
 		usage: `Usage: pgwake bench [--modes LIST] [--json] [--runs N] [size flags] [flags]
 
 Runs pgwake's benchmark modes and prints a table (or, with --json, one JSON
@@ -40,6 +40,16 @@ checks that each job was handled exactly once.
            commit-to-broker p50/p90/p99/max, the queue's events/s, max slot
            lag, then the forwarder's events/s on a backlog of the same
            events (forward_events_per_sec, capacity_ratio)
+  scheduled
+           latency (--rate, --duration) on an empty queue, then with
+           --scheduled-jobs jobs scheduled 1h-7d ahead in the same queue:
+           p99_ratio (target <= 1.2)
+  housekeeping
+           retention (under statement_timeout 50ms) and events prune, time
+           per batch with --housekeeping-small and --housekeeping-large
+           finished jobs and events kept, --housekeeping-expired deleted:
+           retention_ratio and prune_ratio (target <= 1.5); jobs/s is
+           retention's deleted jobs per second
 
 pgwake runs with queue.Config defaults; only the queue ("bench",
 MaxWorkers --workers) and a no-op handler are set. pgwake-leased is the
@@ -57,7 +67,8 @@ Example:
   pgwake bench
   pgwake bench --modes latency,idle --runs 3
   pgwake bench --modes stream --runs 3
-  pgwake bench --modes scale --scale-large 1000000 --scale-finished 1000000 --json`,
+  pgwake bench --modes scale --scale-large 1000000 --scale-finished 1000000 --json
+  pgwake bench --modes scheduled,housekeeping --runs 3`,
 		run: runBench,
 	})
 }

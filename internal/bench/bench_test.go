@@ -23,20 +23,24 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // tiny are sizes that run every mode in a few seconds.
 func tiny() bench.Sizes {
 	return bench.Sizes{
-		DrainJobs:       300,
-		Rate:            100,
-		LatencyDuration: time.Second,
-		IdleInterval:    100 * time.Millisecond,
-		IdleDuration:    500 * time.Millisecond,
-		DelayedJobs:     20,
-		DelayedSpread:   time.Second,
-		Producers:       4,
-		EnqueueDuration: time.Second,
-		ScaleSmall:      100,
-		ScaleLarge:      400,
-		ScaleFinished:   1000,
-		BatchSize:       150,
-		IdleTimeout:     20 * time.Second,
+		DrainJobs:           300,
+		Rate:                100,
+		LatencyDuration:     time.Second,
+		IdleInterval:        100 * time.Millisecond,
+		IdleDuration:        500 * time.Millisecond,
+		DelayedJobs:         20,
+		DelayedSpread:       time.Second,
+		Producers:           4,
+		EnqueueDuration:     time.Second,
+		ScaleSmall:          100,
+		ScaleLarge:          400,
+		ScaleFinished:       1000,
+		BatchSize:           150,
+		IdleTimeout:         20 * time.Second,
+		ScheduledJobs:       500,
+		HousekeepingSmall:   200,
+		HousekeepingLarge:   800,
+		HousekeepingExpired: 300,
 	}
 }
 
@@ -74,7 +78,7 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 		require.Zero(t, r.Missing, "%s %s", r.Mode, r.Case)
 		require.Positive(t, r.JobsPerSec, "%s %s", r.Mode, r.Case)
 	}
-	require.Len(t, results, 8, "drain, latency, idle, delayed, enqueue and three scale cases")
+	require.Len(t, results, 12, "drain, latency, idle, delayed, enqueue, three scale cases, two scheduled and two housekeeping")
 
 	require.Equal(t, 300, got["drain "].Jobs)
 	require.True(t, math.IsNaN(got["drain "].P50), "drain has no latency")
@@ -96,6 +100,18 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 	require.Equal(t, 100, fin.Jobs)
 	require.Equal(t, 1000.0, fin.Extra["finished"])
 	require.Positive(t, fin.Extra["max_rss_mib"])
+	sch := got["scheduled scheduled=500"]
+	require.Equal(t, 100, sch.Jobs)
+	require.False(t, math.IsNaN(sch.P99))
+	require.InDelta(t, sch.P99/got["scheduled scheduled=0"].P99, sch.Extra["p99_ratio"], 1e-9)
+	for _, c := range []string{"kept=200", "kept=800"} {
+		hk := got["housekeeping "+c]
+		require.Equal(t, 300, hk.Jobs, c)
+		require.Positive(t, hk.Extra["retention_batch_ms"], c)
+		require.Positive(t, hk.Extra["prune_batch_ms"], c)
+	}
+	require.Contains(t, got["housekeeping kept=800"].Extra, "retention_ratio")
+	require.Contains(t, got["housekeeping kept=800"].Extra, "prune_ratio")
 }
 
 // TestSQLEnqueueVariant runs the enqueue mode through the SQL API

@@ -57,6 +57,15 @@ type Sizes struct {
 	ConcurrentPool  int
 	// StreamJobs is how many jobs the stream mode drains. Default 50,000.
 	StreamJobs int
+	// ScheduledJobs is how many jobs the scheduled mode's second case
+	// schedules 1 hour to 7 days ahead in the bench queue before the
+	// latency run. Default 300,000.
+	ScheduledJobs int
+	// HousekeepingSmall and HousekeepingLarge are the finished jobs (and
+	// events) the housekeeping mode keeps in its two cases;
+	// HousekeepingExpired is how many of each expire. Defaults 100,000,
+	// 1,000,000 and 20,000.
+	HousekeepingSmall, HousekeepingLarge, HousekeepingExpired int
 }
 
 // DefaultSizes returns the defaults, sized so that `make bench` finishes in
@@ -94,6 +103,10 @@ func (s Sizes) withDefaults() Sizes {
 	defD(&s.ConcurrentSleep, 2*time.Second)
 	def(&s.ConcurrentPool, 20)
 	def(&s.StreamJobs, 50000)
+	def(&s.ScheduledJobs, 300000)
+	def(&s.HousekeepingSmall, 100000)
+	def(&s.HousekeepingLarge, 1000000)
+	def(&s.HousekeepingExpired, 20000)
 	return s
 }
 
@@ -109,7 +122,9 @@ func (s Sizes) validate() error {
 		v    int
 	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
 		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize},
-		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs}} {
+		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs},
+		{"scheduled jobs", s.ScheduledJobs}, {"housekeeping small", s.HousekeepingSmall},
+		{"housekeeping large", s.HousekeepingLarge}, {"housekeeping expired", s.HousekeepingExpired}} {
 		if c.v < 1 {
 			return bad("%s must be at least 1, got %d", c.name, c.v)
 		}
@@ -149,11 +164,11 @@ func (rn *runner) run(ctx context.Context, mode Mode) ([]Result, error) {
 		r, err := rn.drain(ctx, rn.sizes.DrainJobs, 0)
 		return []Result{r}, err
 	case ModeLatency:
-		r, err := rn.latency(ctx, ModeLatency, rn.sizes.Rate, rn.sizes.LatencyDuration)
+		r, err := rn.latency(ctx, ModeLatency, rn.sizes.Rate, rn.sizes.LatencyDuration, nil)
 		return []Result{r}, err
 	case ModeIdle:
 		rate := float64(time.Second) / float64(rn.sizes.IdleInterval)
-		r, err := rn.latency(ctx, ModeIdle, rate, rn.sizes.IdleDuration)
+		r, err := rn.latency(ctx, ModeIdle, rate, rn.sizes.IdleDuration, nil)
 		return []Result{r}, err
 	case ModeDelayed:
 		r, err := rn.delayed(ctx)
@@ -166,6 +181,10 @@ func (rn *runner) run(ctx context.Context, mode Mode) ([]Result, error) {
 	case ModeConcurrent:
 		r, err := rn.concurrent(ctx)
 		return []Result{r}, err
+	case ModeScheduled:
+		return rn.scheduled(ctx)
+	case ModeHousekeeping:
+		return rn.housekeeping(ctx)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownMode, mode)
 }
@@ -287,12 +306,19 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 }
 
 // latency produces one job per transaction at rate for d and measures
-// enqueue-commit to handler start.
-func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.Duration) (Result, error) {
+// enqueue-commit to handler start. prepare, if set, runs in the fresh
+// tables before the workers start.
+func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.Duration, prepare func() error) (Result, error) {
 	n := max(int(math.Round(rate*d.Seconds())), 1)
 	res := Result{Mode: mode, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{"rate": rate}}
 	noLatency(&res)
 	err := rn.fresh(ctx, func() error {
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				return err
+			}
+			checkpoint(ctx, rn.env.Pool)
+		}
 		base := time.Now()
 		rec := newRecorder(n, base)
 		stop, err := rn.sys.Start(ctx, rec.handle)
@@ -623,6 +649,93 @@ func (rn *runner) scale(ctx context.Context) ([]Result, error) {
 		}
 		r.Extra["ratio_vs_small"] = r.JobsPerSec / small
 		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// scheduled runs the latency mode twice: on an empty queue, then with
+// ScheduledJobs jobs scheduled 1 hour to 7 days ahead in the same queue
+// (they never become due during the run). The second result carries
+// p99_ratio and p50_ratio against the first.
+func (rn *runner) scheduled(ctx context.Context) ([]Result, error) {
+	var out []Result
+	for i, backlog := range []int{0, rn.sizes.ScheduledJobs} {
+		var prepare func() error
+		if backlog > 0 {
+			prepare = func() error {
+				rn.logf("%s: scheduling %d jobs ahead", rn.sys.Name(), backlog)
+				now := time.Now()
+				week := 7*24*time.Hour - time.Hour
+				for from := 0; from < backlog; from += rn.sizes.BatchSize {
+					to := min(from+rn.sizes.BatchSize, backlog)
+					jobs := make([]Job, 0, to-from)
+					for j := from; j < to; j++ {
+						// Seqs past the latency run's: never recorded.
+						at := now.Add(time.Hour + time.Duration(int64(week)/int64(backlog)*int64(j)))
+						jobs = append(jobs, Job{Seq: 1<<40 + int64(j), RunAt: at})
+					}
+					if err := rn.sys.InsertMany(ctx, jobs); err != nil {
+						return fmt.Errorf("%s: schedule jobs %d..%d: %w", rn.sys.Name(), from, to-1, err)
+					}
+				}
+				if st, ok := rn.sys.(Settler); ok {
+					return st.Settle(ctx)
+				}
+				return nil
+			}
+		}
+		r, err := rn.latency(ctx, ModeScheduled, rn.sizes.Rate, rn.sizes.LatencyDuration, prepare)
+		r.Case = fmt.Sprintf("scheduled=%d", backlog)
+		r.Extra["scheduled"] = float64(backlog)
+		if i > 0 && len(out) > 0 {
+			r.Extra["p99_ratio"] = r.P99 / out[0].P99
+			r.Extra["p50_ratio"] = r.P50 / out[0].P50
+		}
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// housekeeping times the system's retention and event pruning with
+// HousekeepingSmall and HousekeepingLarge rows kept, HousekeepingExpired
+// expired in each. The second result carries the per-batch ratios against
+// the first.
+func (rn *runner) housekeeping(ctx context.Context) ([]Result, error) {
+	hk, ok := rn.sys.(Housekeeper)
+	if !ok {
+		return nil, nil
+	}
+	var out []Result
+	for i, kept := range []int{rn.sizes.HousekeepingSmall, rn.sizes.HousekeepingLarge} {
+		expired := rn.sizes.HousekeepingExpired
+		res := Result{Mode: ModeHousekeeping, System: rn.sys.Name(), Case: fmt.Sprintf("kept=%d", kept), Jobs: expired,
+			Extra: map[string]float64{"kept": float64(kept)}}
+		noLatency(&res)
+		err := rn.fresh(ctx, func() error {
+			rn.logf("%s: housekeeping with %d rows kept, %d expired", rn.sys.Name(), kept, expired)
+			h, err := hk.Housekeep(ctx, kept, expired)
+			if err != nil {
+				return err
+			}
+			res.Extra["retention_batches"] = float64(h.RetentionBatches)
+			res.Extra["retention_batch_ms"] = ms(h.Retention) / float64(max(h.RetentionBatches, 1))
+			res.Extra["prune_batches"] = float64(h.PruneBatches)
+			res.Extra["prune_batch_ms"] = ms(h.Prune) / float64(max(h.PruneBatches, 1))
+			res.Missing = max(int64(expired)-h.JobsDeleted, 0) + max(int64(expired)-h.EventsDeleted, 0)
+			res.JobsPerSec = float64(h.JobsDeleted) / max(h.Retention.Seconds(), 1e-9)
+			return nil
+		})
+		if i > 0 && len(out) > 0 {
+			res.Extra["retention_ratio"] = res.Extra["retention_batch_ms"] / out[0].Extra["retention_batch_ms"]
+			res.Extra["prune_ratio"] = res.Extra["prune_batch_ms"] / out[0].Extra["prune_batch_ms"]
+		}
+		out = append(out, res)
 		if err != nil {
 			return out, err
 		}

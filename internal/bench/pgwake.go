@@ -88,8 +88,8 @@ func (p *Pgwake) Supports(m Mode) bool {
 	case p.SQL:
 		return m == ModeEnqueue
 	case p.Leased:
-		// The enqueue and scale paths are the same in both modes.
-		return m != ModeEnqueue && m != ModeScale
+		// Enqueue, scale and housekeeping are the same in both modes.
+		return m == ModeDrain || m == ModeLatency || m == ModeIdle || m == ModeDelayed || m == ModeConcurrent
 	}
 	// Held mode holds a connection per running job: not on a small pool.
 	return m != ModeConcurrent

@@ -252,6 +252,19 @@ func (rep Report) Targets() []Target {
 		ts = append(ts, Target{"scale " + r.Case + " >= 0.8x " + small.Case, fmt.Sprintf("%sx (%s vs %s/s)", num(q), num(r.JobsPerSec), num(small.JobsPerSec)), q >= 0.8})
 	}
 	for _, r := range rep.Results {
+		if r.System != pg {
+			continue
+		}
+		if q, ok := r.Extra["p99_ratio"]; ok && r.Mode == ModeScheduled {
+			ts = append(ts, Target{"scheduled p99 " + r.Case + " <= 1.2x scheduled=0", num(q) + "x", q <= 1.2})
+		}
+		for _, k := range []string{"retention", "prune"} {
+			if q, ok := r.Extra[k+"_ratio"]; ok && r.Mode == ModeHousekeeping {
+				ts = append(ts, Target{"housekeeping " + k + " per batch " + r.Case + " <= 1.5x", num(q) + "x", q <= 1.5})
+			}
+		}
+	}
+	for _, r := range rep.Results {
 		if r.System != pg || (r.Mode != ModeScale && r.Mode != ModeDrain) {
 			continue
 		}

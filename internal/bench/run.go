@@ -165,7 +165,7 @@ outer:
 				continue
 			}
 			for _, sys := range systems {
-				if !sys.Supports(mode) {
+				if _, ok := sys.(Housekeeper); !sys.Supports(mode) || (mode == ModeHousekeeping && !ok) {
 					continue
 				}
 				logf("run %d/%d: %s: %s", i+1, opts.Runs, mode, sys.Name())

@@ -28,10 +28,16 @@ const (
 	// JetStream. It runs only when named (it needs a NATS server) and only
 	// for pgwake, through Options.Stream.
 	ModeStream Mode = "stream"
+	// ModeScheduled is the latency mode with no backlog and with jobs
+	// scheduled ahead in the same queue.
+	ModeScheduled Mode = "scheduled"
+	// ModeHousekeeping times retention and event pruning batches with few
+	// and with many rows kept (systems that implement Housekeeper).
+	ModeHousekeeping Mode = "housekeeping"
 )
 
 // AllModes lists every mode "all" means, in run order.
-var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeConcurrent}
+var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeScheduled, ModeHousekeeping, ModeConcurrent}
 
 // OptInModes run only when named, after AllModes.
 var OptInModes = []Mode{ModeStream}
@@ -182,4 +188,28 @@ type Finisher interface {
 // a mode run have stopped; its figures join the result's extras.
 type Diagnoser interface {
 	Diagnostics() map[string]float64
+}
+
+// Settler is a system that can bring its tables to a steady state after a
+// bulk insert (vacuum, statistics), before a measurement.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
+// Housekeeper is a system whose housekeeping the housekeeping mode times.
+type Housekeeper interface {
+	// Housekeep fills the system's fresh tables with kept finished jobs and
+	// kept events, and expired ones of each, then deletes what expired and
+	// returns the time of each.
+	Housekeep(ctx context.Context, kept, expired int) (Housekeeping, error)
+}
+
+// Housekeeping is what one Housekeep call measured.
+type Housekeeping struct {
+	// RetentionBatches and PruneBatches are how many statements each
+	// deletion took; Retention and Prune their total times.
+	RetentionBatches, PruneBatches int
+	Retention, Prune               time.Duration
+	// JobsDeleted and EventsDeleted should equal the expired count.
+	JobsDeleted, EventsDeleted int64
 }

@@ -1,0 +1,255 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+)
+
+// explainBuffers prepares sql and runs it with args (SQL literals) under
+// EXPLAIN (ANALYZE, BUFFERS) in tx: it returns the shared buffers the
+// statement touched (hit + read, every node below the top one included) and
+// the rows it returned.
+func explainBuffers(t *testing.T, tx pgx.Tx, sql, args string) (buffers, rows int64) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := tx.Exec(ctx, `PREPARE flat_p AS `+sql)
+	require.NoError(t, err)
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE flat_p(`+args+`)`).Scan(&out))
+	_, err = tx.Exec(ctx, `DEALLOCATE flat_p`)
+	require.NoError(t, err)
+	var plans []struct {
+		Plan struct {
+			Hit  int64 `json:"Shared Hit Blocks"`
+			Read int64 `json:"Shared Read Blocks"`
+			Rows int64 `json:"Actual Rows"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(out, &plans), string(out))
+	require.Len(t, plans, 1)
+	return plans[0].Plan.Hit + plans[0].Plan.Read, plans[0].Plan.Rows
+}
+
+// flatSchema migrates a fresh schema and returns it with its quoted jobs
+// table.
+func flatSchema(t *testing.T, pool *pgxpool.Pool) (string, string) {
+	t.Helper()
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(t, err)
+	return schema, sqlident.Quote(schema, "jobs")
+}
+
+// A claim with nothing due, and the look-up of the next delayed job, read a
+// few index pages however many jobs are scheduled ahead: 300,000 jobs 1 hour
+// to 7 days ahead, over three priorities, next to a few due jobs of another
+// queue. A scan of the claim index bounded by the queue alone read all
+// 300,000 entries (about 2,000 buffers) for every claim. The bound holds
+// whichever plan the planner picks: it counts buffers, not plan shapes.
+func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, priority, run_after)
+		SELECT 'q', 'k', (i % 3)::smallint, now() + interval '1 hour' + (i % 10000) * interval '1 minute'
+		FROM generate_series(1, 300000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind) SELECT 'other', 'k' FROM generate_series(1, 100)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	require.NoError(t, err)
+
+	s := newStatements(schema)
+	const head = `'q', 32, '{}'::text[], '{slow}'::text[], 8`
+	const cursor = `0::smallint, '-infinity'::timestamptz, 0::bigint`
+	cases := []struct {
+		name, sql, args string
+		rows            int64
+	}{
+		{"claim", s.claim, head, 0},
+		{"claimAfter", s.claimAfter, head + ", " + cursor, 0},
+		{"claimOne", s.claimOne, `'q'`, 0},
+		{"claimPlain", s.claimPlain, `'q', 32`, 0},
+		{"claimPlainAfter", s.claimPlainAfter, `'q', 32, ` + cursor, 0},
+		{"next", s.next, `'q'`, 1},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(tx) // a failed check must not leave the schema locked
+		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		for _, tc := range cases {
+			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
+			t.Logf("%s %s: %d buffers", mode, tc.name, buffers)
+			require.LessOrEqual(t, buffers, int64(60), "%s %s", mode, tc.name)
+			require.Equal(t, tc.rows, rows, "%s %s: rows", mode, tc.name)
+		}
+		rollback(tx)
+	}
+}
+
+// The priority walk keeps claim order (priority, run_after, id) across
+// priorities, honours the cursor and locks only the rows it returns.
+func TestClaimWalkOrderAndLocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
+	schema, jobs := flatSchema(t, pool)
+	// Due jobs at priorities 2, 0, 1, 0, 2 (ids 1-5, older first), and
+	// future jobs at every priority between them.
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (id, queue, kind, priority, run_after)
+		SELECT i, 'q', 'k', (ARRAY[2, 0, 1, 0, 2])[i], now() - interval '1 minute' + i * interval '1 second'
+		FROM generate_series(1, 5) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (id, queue, kind, priority, run_after)
+		SELECT 100 + i, 'q', 'k', (i % 4)::smallint, now() + interval '1 hour' FROM generate_series(1, 40) i`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	ids := func(tx pgx.Tx, sql string, args ...any) []int64 {
+		t.Helper()
+		rows, err := tx.Query(ctx, sql, args...)
+		require.NoError(t, err)
+		var out []int64
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			out = append(out, vals[0].(int64))
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	var runAfter2, runAfter4 any
+	require.NoError(t, pool.QueryRow(ctx, `SELECT run_after FROM `+jobs+` WHERE id = 2`).Scan(&runAfter2))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT run_after FROM `+jobs+` WHERE id = 4`).Scan(&runAfter4))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	require.Equal(t, []int64{2, 4, 3}, ids(tx, s.claimPlain, "q", 3))
+	// The other two due jobs are not locked; nor is any future job.
+	other, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(other)
+	require.Equal(t, []int64{1, 5}, ids(other, `SELECT id FROM `+jobs+` WHERE run_after <= now() ORDER BY id FOR UPDATE SKIP LOCKED`))
+	rollback(other)
+	rollback(tx)
+
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	// After job 2 (priority 0): job 4, then priority 1 and 2.
+	require.Equal(t, []int64{4, 3, 1}, ids(tx, s.claimPlainAfter, "q", 3, int16(0), runAfter2, int64(2)))
+	require.Equal(t, []int64{2}, ids(tx, s.claimOne, "q"), "the head again: this transaction's own locks are not skipped")
+	rollback(tx)
+
+	// Head and rest: kind 'alone' runs alone; the rest of a batch follows
+	// claim order and skips it.
+	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET kind = 'alone' WHERE id = 3`)
+	require.NoError(t, err)
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	require.Equal(t, []int64{2, 4, 1, 5}, ids(tx, s.claim, "q", 8, []string{"alone"}, []string{}, 8))
+	other, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(other)
+	require.Equal(t, []int64{3}, ids(other, s.claim, "q", 8, []string{"alone"}, []string{}, 8))
+	rollback(other)
+	rollback(tx)
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	require.Equal(t, []int64{3}, ids(tx, s.claimAfter, "q", 8, []string{"alone"}, []string{}, 8, int16(0), runAfter4, int64(4)))
+	rollback(tx)
+}
+
+// Retention makes progress under a 50 ms statement_timeout with 200,000
+// failed jobs kept inside their 7-day window: each state is deleted with its
+// own cutoff, and a batch reads the rows it deletes, not the rows kept
+// (before, a batch of succeeded jobs stepped over all 200,000 older failed
+// jobs kept: about 100 ms, and the cleaner never deleted anything under that
+// timeout).
+func TestRetentionIsFlatInKeptJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, state, attempts, finished_at)
+		SELECT 'q', 'k', s.state, 1, now() - s.age - (i % s.n) * s.spread
+		FROM (VALUES ('failed', interval '2 days', 200000, interval '2 seconds'), ('failed', interval '8 days', 3000, interval '1 second'),
+			('succeeded', interval '25 hours', 2500, interval '1 second'), ('succeeded', interval '1 hour', 1000, interval '1 second'),
+			('cancelled', interval '2 days', 10, interval '1 second')) AS s(state, age, n, spread),
+			generate_series(1, s.n) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+
+	// One batch of 100 succeeded jobs reads about what it deletes, not the
+	// older failed jobs kept.
+	s := newStatements(schema)
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(tx)
+		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		// The steady state: the expired failed jobs went in an earlier pass.
+		_, err = tx.Exec(ctx, `DELETE FROM `+jobs+` WHERE state = 'failed' AND finished_at < now() - interval '7 days'`)
+		require.NoError(t, err)
+		buffers, _ := explainBuffers(t, tx, s.deleteFinished, `'succeeded', 86400e6, 100`)
+		t.Logf("%s deleteFinished: %d buffers", mode, buffers)
+		require.LessOrEqual(t, buffers, int64(1500), mode) // about 5 per row deleted; the single-index statement read 4,220 (custom plan) to 6,937 (generic)
+		rollback(tx)
+	}
+
+	slow := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "50ms" })
+	c, err := New(slow, Config{Schema: schema})
+	require.NoError(t, err)
+	n, err := c.DeleteFinished(ctx, Retention{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{StateSucceeded: 2500, StateCancelled: 10, StateFailed: 3000}, n)
+	var kept int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs).Scan(&kept))
+	require.Equal(t, 201000, kept)
+}
+
+// A batch the server cancels (statement_timeout) is retried smaller: with
+// every row's delete made to take 2 ms, no batch of 1,000 (or of 50) fits
+// in a 50 ms statement_timeout, and DeleteFinished still deletes every
+// expired job.
+func TestRetentionShrinksCancelledBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil)
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, state, attempts, finished_at)
+		SELECT 'q', 'k', 'succeeded', 1, now() - interval '2 days' FROM generate_series(1, 120)`)
+	require.NoError(t, err)
+	slowDelete := sqlident.Quote(schema, "slow_delete")
+	_, err = pool.Exec(ctx, `CREATE FUNCTION `+slowDelete+`() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TRIGGER slow_delete BEFORE DELETE ON `+jobs+` FOR EACH ROW EXECUTE FUNCTION `+slowDelete+`()`)
+	require.NoError(t, err)
+
+	slow := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "50ms" })
+	// A full batch is cancelled.
+	_, err = slow.Exec(ctx, newStatements(schema).deleteFinished, StateSucceeded, 86400e6, deleteBatch)
+	require.Error(t, err)
+	c, err := New(slow, Config{Schema: schema})
+	require.NoError(t, err)
+	n, err := c.DeleteFinished(ctx, Retention{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{StateSucceeded: 120}, n)
+}
