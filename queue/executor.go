@@ -202,7 +202,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	pb := &pgx.Batch{}
 	skipped := map[int64]bool{}
 	if ids := b.cancelled(); len(ids) > 0 {
-		pb.Queue(c.sql.cancel, ids, c.channel).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
+		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
 	marked := map[int64]bool{}
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
