@@ -117,7 +117,9 @@ func TestHandlerOutcomeControls(t *testing.T) {
 					want = []string{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}
 				}
 				require.Equal(t, want, e.eventTypes(res.ID))
-				require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}))
+				waitFor(t, 10*time.Second, "outcome counted", func() bool {
+					return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}) == 1
+				})
 				checkEventsMatchJobs(t, e.pool, e.schema)
 			})
 			t.Run("RetryAfter", func(t *testing.T) {
@@ -241,6 +243,9 @@ func TestCancelRunningHeldJob(t *testing.T) {
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled' AND attempts = 1 AND last_error LIKE '%Client.Cancel%'`, res.ID))
 	require.Equal(t, []string{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(res.ID))
 	require.Zero(t, e.effectCounts()[res.ID], "the handler's writes rolled back")
-	require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}))
+	// Counted once the worker's commit returned, which may be after Cancel's.
+	waitFor(t, 10*time.Second, "outcome counted", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}) == 1
+	})
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
