@@ -249,3 +249,41 @@ func TestCancelRunningHeldJob(t *testing.T) {
 	})
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
+
+// A worker that does not get Cancel's notification (its LISTEN connection is
+// down) finishes the running attempt first: Cancel waits for it, and a job
+// that succeeded meanwhile stays succeeded.
+func TestCancelWaitsForAWorkerThatMissesTheNotification(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	running := make(chan struct{}, 1)
+	const work = 300 * time.Millisecond
+	e := newEnv(t, queue.Config{})
+	cc := e.pool.Config().ConnConfig.Copy()
+	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.ConnectTimeout = 100 * time.Millisecond
+	worker := newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:             map[string]queue.QueueConfig{"default": {}},
+		PollInterval:       100 * time.Millisecond,
+		ListenerConnConfig: cc,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			running <- struct{}{}
+			select {
+			case <-time.After(work):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+	})
+	worker.run()
+	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "long"})
+	require.NoError(t, err)
+	<-running
+	asked := time.Now()
+	err = e.c.Cancel(ctx, res.ID)
+	require.ErrorIs(t, err, queue.ErrNotFound, "the attempt ended first, and succeeded")
+	require.GreaterOrEqual(t, time.Since(asked), work/2, "Cancel waited for the attempt")
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, res.ID))
+	require.Equal(t, []string{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(res.ID))
+}

@@ -268,26 +268,11 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 			mem.stop()
 			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
 		}
-		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
-		elapsed := time.Since(base)
-		if c, ok := rn.sys.(Counter); ok && all {
-			for {
-				left, err := c.Unfinished(ctx)
-				elapsed = time.Since(base)
-				if err != nil {
-					_ = stop()
-					mem.stop()
-					return fmt.Errorf("%s: count unfinished: %w", rn.sys.Name(), err)
-				}
-				if left == 0 {
-					break
-				}
-				if elapsed > rec.lastStart()+rn.sizes.IdleTimeout {
-					res.Extra["unfinished"] = float64(left)
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+		elapsed, err := rn.untilFinished(ctx, rec, base, rn.sizes.IdleTimeout, &res)
+		if err != nil {
+			_ = stop()
+			mem.stop()
+			return err
 		}
 		serr := stop()
 		rn.diagnose(&res)
@@ -788,25 +773,10 @@ func (rn *runner) concurrent(ctx context.Context) (Result, error) {
 		if err != nil {
 			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
 		}
-		all := rec.wait(rn.sizes.IdleTimeout+sleep, ctx.Done())
-		elapsed := time.Since(base)
-		if c, ok := rn.sys.(Counter); ok && all {
-			for {
-				left, err := c.Unfinished(ctx)
-				elapsed = time.Since(base)
-				if err != nil {
-					_ = stop()
-					return fmt.Errorf("%s: count unfinished: %w", rn.sys.Name(), err)
-				}
-				if left == 0 {
-					break
-				}
-				if elapsed > rec.lastStart()+sleep+rn.sizes.IdleTimeout {
-					res.Extra["unfinished"] = float64(left)
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+		elapsed, err := rn.untilFinished(ctx, rec, base, rn.sizes.IdleTimeout+sleep, &res)
+		if err != nil {
+			_ = stop()
+			return err
 		}
 		serr := stop()
 		rn.diagnose(&res)
@@ -821,4 +791,31 @@ func (rn *runner) concurrent(ctx context.Context) (Result, error) {
 		return ctx.Err()
 	})
 	return res, err
+}
+
+// untilFinished waits until every job has started and, where the system can
+// count, none is unfinished, giving up grace after the last start; it
+// returns the time since base. Jobs left unfinished go to res's extras.
+func (rn *runner) untilFinished(ctx context.Context, rec *recorder, base time.Time, grace time.Duration, res *Result) (time.Duration, error) {
+	all := rec.wait(grace, ctx.Done())
+	elapsed := time.Since(base)
+	c, ok := rn.sys.(Counter)
+	if !ok || !all {
+		return elapsed, nil
+	}
+	for {
+		left, err := c.Unfinished(ctx)
+		elapsed = time.Since(base)
+		if err != nil {
+			return elapsed, fmt.Errorf("%s: count unfinished: %w", rn.sys.Name(), err)
+		}
+		if left == 0 {
+			return elapsed, nil
+		}
+		if elapsed > rec.lastStart()+grace {
+			res.Extra["unfinished"] = float64(left)
+			return elapsed, nil
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
