@@ -118,7 +118,7 @@ func TestWorkerExecHandlers(t *testing.T) {
 	require.Equal(t, "exit status 7: line one\nthe reason it broke", j.lastError)
 
 	j = waitState(t, schema, slowID, "failed")
-	require.Contains(t, j.lastError, "command killed (process group")
+	require.Contains(t, j.lastError, "command terminated (process group")
 	require.Contains(t, j.lastError, "job timed out after 1s")
 	pb, err := os.ReadFile(pidFile)
 	require.NoError(t, err)

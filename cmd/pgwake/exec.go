@@ -25,14 +25,17 @@ const stderrTailBytes = 2048
 
 // execHandler runs a job as `sh -c COMMAND`: payload on stdin, job details in
 // the environment, exit 0 for success, otherwise the tail of stderr is the
-// error. Its own process group is killed (SIGKILL) when the attempt's
-// context ends: timeout or hard shutdown.
+// error. A control line on stdout (see parseControl) asks for another
+// outcome. When the attempt's context ends (Cancel of the running job,
+// timeout, shutdown deadline) its process group gets SIGTERM, then SIGKILL
+// after grace.
 type execHandler struct {
 	command string
 	env     []string  // the command's environment, before the job's variables
 	stdout  io.Writer // the handler's stdout is copied here
 	stderr  io.Writer // and its stderr here (besides the tail kept)
 	procs   *procGroups
+	grace   time.Duration // SIGTERM to SIGKILL; 0 sends SIGKILL at once
 }
 
 // connectionEnv are the variables that hold pgwake's connection settings:
@@ -111,6 +114,8 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	// the job and escaped: a command cannot forge pgwake's log lines or
 	// send escape sequences to the terminal reading them.
 	out := newLineWriter(h.stdout, fmt.Sprintf("job %d %s stdout: ", job.ID, printable(job.Kind, false)))
+	ctl := &controlWatcher{}
+	out.onLine = ctl.line
 	errOut := newLineWriter(h.stderr, fmt.Sprintf("job %d %s stderr: ", job.ID, printable(job.Kind, false)))
 	defer out.flush()
 	defer errOut.flush()
@@ -138,20 +143,117 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 			return h.result(err, tail)
 		default:
 		}
-		// Kill the whole group: sh and whatever it started.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		select {
-		case <-waitDone:
-		case <-time.After(5 * time.Second):
-			// Something outside the group holds the pipes; give up on it.
+		// Stop the whole group, sh and whatever it started: SIGTERM, and
+		// SIGKILL for what is still running after the grace period.
+		how := "killed"
+		if h.grace > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+			select {
+			case <-waitDone:
+				how = "terminated"
+			case <-time.After(h.grace):
+			}
+		}
+		if how == "killed" {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			select {
+			case <-waitDone:
+			case <-time.After(5 * time.Second):
+				// Something outside the group holds the pipes; give up on it.
+			}
 		}
 		cause := context.Cause(ctx)
 		if cause == nil {
 			cause = ctx.Err()
 		}
-		return fmt.Errorf("command killed (process group %d): %w%s", pid, cause, tail.suffix())
+		return fmt.Errorf("command %s (process group %d): %w%s", how, pid, cause, tail.suffix())
 	}
-	return h.result(err, tail)
+	out.flush()
+	return h.outcome(h.result(err, tail), ctl)
+}
+
+// controlPrefix starts a control line: a line of the command's stdout that
+// asks for an outcome other than its exit status gives.
+const controlPrefix = "::pgwake "
+
+// control is an outcome a command asked for on stdout.
+type control struct {
+	verb   string // "snooze", "cancel" or "retry-after"
+	delay  time.Duration
+	reason string
+	bad    string // a malformed control line, quoted in the attempt's error
+}
+
+// parseControl reads one control line (without controlPrefix):
+//
+//	snooze DURATION             pending again after DURATION, attempt not counted
+//	cancel [REASON]             cancelled, not retried
+//	retry-after DURATION [REASON]  failed attempt, retried after DURATION
+func parseControl(line string) control {
+	verb, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	rest = strings.TrimSpace(rest)
+	switch verb {
+	case "cancel":
+		return control{verb: verb, reason: rest}
+	case "snooze", "retry-after":
+		ds, reason, _ := strings.Cut(rest, " ")
+		d, err := time.ParseDuration(ds)
+		if err != nil || d < 0 {
+			return control{bad: line}
+		}
+		if verb == "snooze" && reason != "" {
+			return control{bad: line}
+		}
+		return control{verb: verb, delay: d, reason: strings.TrimSpace(reason)}
+	}
+	return control{bad: line}
+}
+
+// controlWatcher keeps the last control line of a command's stdout.
+type controlWatcher struct {
+	mu   sync.Mutex
+	last *control
+}
+
+func (c *controlWatcher) line(l string) {
+	rest, ok := strings.CutPrefix(l, controlPrefix)
+	if !ok {
+		return
+	}
+	ctl := parseControl(rest)
+	c.mu.Lock()
+	c.last = &ctl
+	c.mu.Unlock()
+}
+
+// outcome applies the command's last control line, if any, to the result
+// of its exit status (err: nil for exit 0).
+func (h *execHandler) outcome(err error, ctl *controlWatcher) error {
+	ctl.mu.Lock()
+	c := ctl.last
+	ctl.mu.Unlock()
+	if c == nil {
+		return err
+	}
+	if c.bad != "" {
+		return fmt.Errorf("malformed control line %q (want %ssnooze D, %scancel [REASON] or %sretry-after D [REASON])",
+			printable(c.bad, false), controlPrefix, controlPrefix, controlPrefix)
+	}
+	reason := err
+	if c.reason != "" {
+		reason = errors.New(c.reason)
+	}
+	switch c.verb {
+	case "snooze":
+		return queue.Snooze(c.delay)
+	case "cancel":
+		return queue.Cancel(reason)
+	default:
+		if reason == nil {
+			reason = errors.New("retry requested by the command")
+		}
+		return queue.RetryAfter(c.delay, reason)
+	}
 }
 
 // result turns the command's exit into the attempt's outcome.
@@ -182,6 +284,7 @@ type lineWriter struct {
 	w      io.Writer
 	prefix string
 	buf    []byte
+	onLine func(string) // when set, sees each line (unescaped)
 }
 
 func newLineWriter(w io.Writer, prefix string) *lineWriter {
@@ -213,7 +316,11 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 // emit writes one line; errors of w are ignored, as a full log must not
 // fail the job.
 func (l *lineWriter) emit(line []byte) {
-	_, _ = io.WriteString(l.w, l.prefix+printable(strings.TrimSuffix(string(line), "\r"), false)+"\n")
+	s := strings.TrimSuffix(string(line), "\r")
+	if l.onLine != nil {
+		l.onLine(s)
+	}
+	_, _ = io.WriteString(l.w, l.prefix+printable(s, false)+"\n")
 }
 
 // flush writes what is left of an unfinished last line.

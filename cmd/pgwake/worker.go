@@ -40,8 +40,19 @@ group:
     except pgwake's connection settings: DATABASE_URL, every PGWAKE_
     variable and the libpq variables (PGPASSWORD, PGHOST, ...) are removed
     unless --handler-connection-env is given;
-  - when the attempt's timeout (--job-timeout, or --kind-timeout for the
-    kind) runs out, the whole process group is killed (SIGKILL).
+  - a control line on stdout asks for another outcome; the last one wins,
+    whatever the exit status:
+      ::pgwake snooze DURATION            pending again after DURATION, the
+                                          attempt not counted
+      ::pgwake cancel [REASON]            cancelled, not retried
+      ::pgwake retry-after DURATION [REASON]
+                                          failed attempt, retried after
+                                          DURATION (on the last attempt the
+                                          job fails)
+    a malformed control line fails the attempt with an error naming it;
+  - when the attempt ends early (pgwake jobs cancel of the running job, its
+    timeout from --job-timeout or --kind-timeout, the shutdown deadline),
+    the whole process group gets SIGTERM, then SIGKILL after --term-grace.
 A job of a kind with no --handler fails its attempt ("no handler registered").
 
 --periodic 'SPEC KIND [JSON]' enqueues one KIND job per slot of SPEC into
@@ -99,6 +110,7 @@ type workerOptions struct {
 	leaseDuration   time.Duration
 	periodic        []queue.PeriodicJob
 	handlerConnEnv  bool
+	termGrace       time.Duration
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
@@ -113,6 +125,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.Var(&leasedFlags, "leased", "KIND: run that kind in leased mode (claim commits, no transaction held while the command runs, lease renewed by heartbeat), repeatable")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", queue.DefaultLeaseDuration, "how long a leased job's claim lasts without a heartbeat (renewed every third of it)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "longest a worker waits without looking when no NOTIFY arrives")
+	fs.DurationVar(&o.termGrace, "term-grace", 5*time.Second, "when a command's attempt ends early (jobs cancel, timeout, shutdown deadline): time between SIGTERM and SIGKILL to its process group; 0 sends SIGKILL at once")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
@@ -160,6 +173,9 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	if o.retryBackoff <= 0 {
 		return usagef("--retry-backoff must be positive")
 	}
+	if o.termGrace < 0 {
+		return usagef("--term-grace is negative")
+	}
 	if o.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout is negative")
 	}
@@ -196,7 +212,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	handlers := make(map[string]queue.Handler, len(o.handlers))
 	environ := handlerEnviron(os.Environ(), o.handlerConnEnv)
 	for kind, command := range o.handlers {
-		handlers[kind] = &execHandler{command: command, env: environ, stdout: env.stdout, stderr: env.stderr, procs: procs}
+		handlers[kind] = &execHandler{command: command, env: environ, stdout: env.stdout, stderr: env.stderr, procs: procs, grace: o.termGrace}
 	}
 	qs := make(map[string]queue.QueueConfig, len(o.queues))
 	for _, q := range o.queues {
