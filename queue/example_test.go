@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -23,11 +22,12 @@ func ExampleClient_EnqueueTx() {
 		panic(err)
 	}
 	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool, "pgwake"); err != nil {
+	client, err := queue.New(pool, queue.Config{Schema: "pgwake"})
+	if err != nil {
 		panic(err)
 	}
-	client, err := queue.New(pool, queue.Config{})
-	if err != nil {
+	// Migrate the client's own schema: it is named once, in Config.
+	if _, err := client.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

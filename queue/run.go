@@ -243,7 +243,7 @@ func (c *Client) checkSchema(parent context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: schema %s lacks migration(s) %s: run pgwake migrate (or migrations.Up)",
+		return fmt.Errorf("%w: schema %s lacks migration(s) %s: run pgwake migrate, or Client.Migrate",
 			ErrSchemaNotMigrated, c.cfg.Schema, strings.Join(missing, ", "))
 	}
 	return nil

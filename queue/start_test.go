@@ -79,6 +79,16 @@ func TestStartupErrorsAreReturned(t *testing.T) {
 	require.Contains(t, err.Error(), "pgwake migrate")
 	require.ErrorIs(t, c.Run(ctx), queue.ErrSchemaNotMigrated)
 
+	// Client.Migrate migrates the client's own schema; then it starts.
+	applied, err := c.Migrate(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, applied)
+	applied, err = c.Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, applied, "a second Migrate has nothing to apply")
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Stop(ctx))
+
 	e := newEnv(t, queue.Config{Queues: map[string]queue.QueueConfig{"default": {}}})
 	cc := e.pool.Config().ConnConfig.Copy()
 	cc.Port = 1 // nothing listens there
