@@ -86,6 +86,18 @@ type Config struct {
 // ErrInvalidConfig is wrapped by configuration errors from New.
 var ErrInvalidConfig = errors.New("invalid events config")
 
+// Defaults of Config's fields, applied where a field is zero.
+const (
+	DefaultStatusInterval  = 10 * time.Second
+	DefaultMaxBatch        = 1000
+	DefaultPublishAttempts = 5
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 10 * time.Second
+	DefaultLagInterval     = 10 * time.Second
+	DefaultLagWarnBytes    = 1 << 30
+	DefaultLagWarnAge      = 5 * time.Minute
+)
+
 func (c Config) withDefaults() Config {
 	if c.Schema == "" {
 		c.Schema = migrations.DefaultSchema
@@ -100,28 +112,28 @@ func (c Config) withDefaults() Config {
 		c.Topic = SingleTopic("pgwake.events")
 	}
 	if c.StatusInterval == 0 {
-		c.StatusInterval = 10 * time.Second
+		c.StatusInterval = DefaultStatusInterval
 	}
 	if c.MaxBatch == 0 {
-		c.MaxBatch = 1000
+		c.MaxBatch = DefaultMaxBatch
 	}
 	if c.PublishAttempts == 0 {
-		c.PublishAttempts = 5
+		c.PublishAttempts = DefaultPublishAttempts
 	}
 	if c.MinBackoff == 0 {
-		c.MinBackoff = 100 * time.Millisecond
+		c.MinBackoff = DefaultMinBackoff
 	}
 	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 10 * time.Second
+		c.MaxBackoff = DefaultMaxBackoff
 	}
 	if c.LagInterval == 0 {
-		c.LagInterval = 10 * time.Second
+		c.LagInterval = DefaultLagInterval
 	}
 	if c.LagWarnBytes == 0 {
-		c.LagWarnBytes = 1 << 30
+		c.LagWarnBytes = DefaultLagWarnBytes
 	}
 	if c.LagWarnAge == 0 {
-		c.LagWarnAge = 5 * time.Minute
+		c.LagWarnAge = DefaultLagWarnAge
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

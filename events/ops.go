@@ -207,12 +207,15 @@ func (s *Stream) lagLoop(ctx context.Context) {
 	}
 }
 
+// DefaultPruneBatch is DeleteBefore's batch when none is given.
+const DefaultPruneBatch = 10000
+
 // DeleteBefore deletes the events older than cutoff whose job finished
 // before cutoff or no longer exists, and returns how many it deleted.
 // Events of unfinished jobs are kept, so Verify still holds for every job
 // whose history is complete.
 //
-// It walks the log in id order, batch events (default 10,000) per
+// It walks the log in id order, batch events (default DefaultPruneBatch) per
 // statement, each statement deleting what qualifies in its window and
 // probing the job of each old event by primary key, so a statement's cost
 // does not depend on the log's size. The log is appended in time order: it
@@ -222,7 +225,7 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 		return 0, err
 	}
 	if batch <= 0 {
-		batch = 10000
+		batch = DefaultPruneBatch
 	}
 	q := deleteBeforeSQL(sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs"))
 	var total, after int64

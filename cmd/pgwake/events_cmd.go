@@ -466,7 +466,7 @@ func eventsDropSlot(ctx context.Context, env *cliEnv, args []string) error {
 func eventsPrune(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	olderThan := fs.Duration("older-than", 0, "delete events older than this, of jobs finished before then (required, e.g. 336h)")
-	batch := fs.Int("batch", 10000, "events examined per DELETE statement, in id order")
+	batch := fs.Int("batch", events.DefaultPruneBatch, "events examined per DELETE statement, in id order")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
 	}
