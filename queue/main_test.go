@@ -85,16 +85,10 @@ func effect(ctx context.Context, tx pgx.Tx, schema string, job *queue.Job) error
 	return err
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is pgtest.WaitFor.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, d, what, cond)
 }
 
 func (e *env) count(where string, args ...any) int {

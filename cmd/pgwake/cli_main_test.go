@@ -208,11 +208,5 @@ func (p *process) waitStderr(re *regexp.Regexp) string {
 // waitFor polls cond until it holds, failing after 60s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, 60*time.Second, what, cond)
 }

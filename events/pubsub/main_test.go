@@ -89,16 +89,10 @@ func countJobs(t *testing.T, pool *pgxpool.Pool, schema, where string, args ...a
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is pgtest.WaitFor.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, d, what, cond)
 }
 
 // databaseURL is where the examples connect: the test database. In your

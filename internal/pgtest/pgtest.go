@@ -360,3 +360,17 @@ func RunInBackground(tb testing.TB, what string, run func(context.Context) error
 	tb.Cleanup(stop)
 	return stop
 }
+
+// WaitFor checks cond every 20 ms until it holds, and fails the test if it
+// does not within d. Tests wait on a condition they can observe, never on a
+// fixed sleep.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
