@@ -11,7 +11,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure pgwake: drain, latency, idle, delayed, enqueue, scale, scheduled and housekeeping",
+		summary: "measure pgwake: drain, latency, idle, delayed, enqueue, scale, scheduled, housekeeping and queues",
 		usage: `Usage: pgwake bench [--modes LIST] [--json] [--runs N] [size flags] [flags]
 
 Runs pgwake's benchmark modes and prints a table (or, with --json, one JSON

@@ -41,6 +41,7 @@ func tiny() bench.Sizes {
 		HousekeepingSmall:   200,
 		HousekeepingLarge:   800,
 		HousekeepingExpired: 300,
+		QueuesJobs:          3000,
 	}
 }
 
@@ -78,7 +79,7 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 		require.Zero(t, r.Missing, "%s %s", r.Mode, r.Case)
 		require.Positive(t, r.JobsPerSec, "%s %s", r.Mode, r.Case)
 	}
-	require.Len(t, results, 12, "drain, latency, idle, delayed, enqueue, three scale cases, two scheduled and two housekeeping")
+	require.Len(t, results, 13, "drain, latency, idle, delayed, enqueue, three scale cases, two scheduled, two housekeeping and queues")
 
 	require.Equal(t, 300, got["drain "].Jobs)
 	require.True(t, math.IsNaN(got["drain "].P50), "drain has no latency")
@@ -112,6 +113,10 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 	}
 	require.Contains(t, got["housekeeping kept=800"].Extra, "retention_ratio")
 	require.Contains(t, got["housekeeping kept=800"].Extra, "prune_ratio")
+	qs := got["queues "]
+	require.Equal(t, 3000, qs.Jobs)
+	require.Positive(t, qs.Extra["baseline_ms"])
+	require.InDelta(t, qs.Extra["baseline_ms"]/qs.Extra["enqueue_ms"], qs.Extra["ratio"], 1e-9)
 }
 
 // TestSQLEnqueueVariant runs the enqueue mode through the SQL API

@@ -18,7 +18,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 		s     Sizes
 	)
 	d := DefaultSizes()
-	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, scheduled, housekeeping, concurrent, or all; stream (pgwake bench only, needs NATS JetStream) only when named")
+	fs.StringVar(&modes, "modes", "all", "comma-separated modes: drain, latency, idle, delayed, enqueue, scale, scheduled, housekeeping, queues, concurrent, or all; stream (pgwake bench only, needs NATS JetStream) only when named")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per mode and system instead of tables")
 	fs.IntVar(&o.Runs, "runs", 1, "repeat every mode this many times and report the medians")
 	fs.IntVar(&o.Workers, "workers", 10, "jobs run at once by each system (pgwake MaxWorkers, whose default is 10)")
@@ -42,6 +42,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.HousekeepingSmall, "housekeeping-small", d.HousekeepingSmall, "housekeeping: finished jobs and events kept, first case")
 	fs.IntVar(&s.HousekeepingLarge, "housekeeping-large", d.HousekeepingLarge, "housekeeping: finished jobs and events kept, second case")
 	fs.IntVar(&s.HousekeepingExpired, "housekeeping-expired", d.HousekeepingExpired, "housekeeping: expired jobs and events deleted in each case")
+	fs.IntVar(&s.QueuesJobs, "queues-jobs", d.QueuesJobs, "queues: jobs enqueued in one call, each in a queue of its own")
 	fs.IntVar(&s.BatchSize, "batch", d.BatchSize, "jobs per bulk insert call when pre-inserting")
 	fs.DurationVar(&s.IdleTimeout, "idle-timeout", d.IdleTimeout, "give up when no job has started for this long")
 	fs.IntVar(&s.StreamJobs, "stream-jobs", d.StreamJobs, "stream: jobs drained while the event stream forwards to NATS")

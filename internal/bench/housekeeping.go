@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -93,4 +94,19 @@ func (p *Pgwake) Settle(ctx context.Context) error {
 	}
 	checkpoint(ctx, p.env.Pool)
 	return nil
+}
+
+// EnqueueSpread enqueues n jobs with one EnqueueMany, job i in queue
+// "q<i>", and counts the jobs table.
+func (p *Pgwake) EnqueueSpread(ctx context.Context, n int) (int64, error) {
+	jobs := make([]queue.NewJob, n)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Queue: fmt.Sprintf("q%d", i+1), Kind: BenchKind, Payload: json.RawMessage(EncodePayload(Job{Seq: int64(i)}))}
+	}
+	if _, err := p.client.EnqueueMany(ctx, jobs); err != nil {
+		return 0, err
+	}
+	var got int64
+	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")).Scan(&got)
+	return got, err
 }

@@ -66,6 +66,9 @@ type Sizes struct {
 	// HousekeepingExpired is how many of each expire. Defaults 100,000,
 	// 1,000,000 and 20,000.
 	HousekeepingSmall, HousekeepingLarge, HousekeepingExpired int
+	// QueuesJobs is how many jobs, each in a queue of its own, the queues
+	// mode enqueues in one call. Default 100,000.
+	QueuesJobs int
 }
 
 // DefaultSizes returns the defaults, sized so that `make bench` finishes in
@@ -107,6 +110,7 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.HousekeepingSmall, 100000)
 	def(&s.HousekeepingLarge, 1000000)
 	def(&s.HousekeepingExpired, 20000)
+	def(&s.QueuesJobs, 100000)
 	return s
 }
 
@@ -124,7 +128,8 @@ func (s Sizes) validate() error {
 		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize},
 		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs},
 		{"scheduled jobs", s.ScheduledJobs}, {"housekeeping small", s.HousekeepingSmall},
-		{"housekeeping large", s.HousekeepingLarge}, {"housekeeping expired", s.HousekeepingExpired}} {
+		{"housekeeping large", s.HousekeepingLarge}, {"housekeeping expired", s.HousekeepingExpired},
+		{"queues jobs", s.QueuesJobs}} {
 		if c.v < 1 {
 			return bad("%s must be at least 1, got %d", c.name, c.v)
 		}
@@ -185,6 +190,8 @@ func (rn *runner) run(ctx context.Context, mode Mode) ([]Result, error) {
 		return rn.scheduled(ctx)
 	case ModeHousekeeping:
 		return rn.housekeeping(ctx)
+	case ModeQueues:
+		return rn.queues(ctx)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownMode, mode)
 }
@@ -611,6 +618,49 @@ func (b *baseline) drop(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, _ = b.pool.Exec(ctx, `DROP SCHEMA `+sqlident.Quote(b.schema)+` CASCADE`)
+}
+
+// queues times one EnqueueSpread of QueuesJobs jobs over as many queues,
+// then the same rows (queue, kind, payload) in one plain INSERT into the
+// baseline table: ratio is the plain INSERT's time over the system's (1 is
+// as fast as the plain INSERT). Missing counts jobs the system lacks
+// afterwards.
+func (rn *runner) queues(ctx context.Context) ([]Result, error) {
+	qs, ok := rn.sys.(QueueSpreader)
+	if !ok {
+		return nil, nil
+	}
+	n := rn.sizes.QueuesJobs
+	res := Result{Mode: ModeQueues, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{"queues": float64(n)}}
+	noLatency(&res)
+	err := rn.fresh(ctx, func() error {
+		rn.logf("%s: one enqueue of %d jobs over %d queues", rn.sys.Name(), n, n)
+		start := time.Now()
+		got, err := qs.EnqueueSpread(ctx, n)
+		took := time.Since(start)
+		if err != nil {
+			return fmt.Errorf("%s: enqueue over %d queues: %w", rn.sys.Name(), n, err)
+		}
+		res.Missing = max(int64(n)-got, 0)
+		res.JobsPerSec = float64(n) / max(took.Seconds(), 1e-9)
+		res.Extra["enqueue_ms"] = ms(took)
+
+		b, err := newBaseline(ctx, rn.env.Pool)
+		if err != nil {
+			return err
+		}
+		defer b.drop(ctx)
+		start = time.Now()
+		if _, err := rn.env.Pool.Exec(ctx, `INSERT INTO `+b.table+` (queue, kind, payload)
+			SELECT 'q' || g, 'bench', jsonb_build_object('seq', g) FROM generate_series(1, $1::int) g`, n); err != nil {
+			return fmt.Errorf("baseline insert: %w", err)
+		}
+		base := time.Since(start)
+		res.Extra["baseline_ms"] = ms(base)
+		res.Extra["ratio"] = ms(base) / max(ms(took), 1e-9)
+		return nil
+	})
+	return []Result{res}, err
 }
 
 // scale drains the small backlog, the large one, and the small one with

@@ -258,6 +258,10 @@ func (rep Report) Targets() []Target {
 		if q, ok := r.Extra["p99_ratio"]; ok && r.Mode == ModeScheduled {
 			ts = append(ts, Target{"scheduled p99 " + r.Case + " <= 1.2x scheduled=0", num(q) + "x", q <= 1.2})
 		}
+		if r.Mode == ModeQueues {
+			ts = append(ts, Target{fmt.Sprintf("one enqueue of %d jobs over as many queues succeeds", r.Jobs),
+				fmt.Sprintf("%s ms, %d missing (plain INSERT %s ms)", num(r.Extra["enqueue_ms"]), r.Missing, num(r.Extra["baseline_ms"])), r.Missing == 0})
+		}
 		for _, k := range []string{"retention", "prune"} {
 			if q, ok := r.Extra[k+"_ratio"]; ok && r.Mode == ModeHousekeeping {
 				ts = append(ts, Target{"housekeeping " + k + " per batch " + r.Case + " <= 1.5x", num(q) + "x", q <= 1.5})

@@ -34,10 +34,14 @@ const (
 	// ModeHousekeeping times retention and event pruning batches with few
 	// and with many rows kept (systems that implement Housekeeper).
 	ModeHousekeeping Mode = "housekeeping"
+	// ModeQueues enqueues one batch of jobs, each in a queue of its own, in
+	// one call (systems that implement QueueSpreader), beside the same rows
+	// in one plain INSERT.
+	ModeQueues Mode = "queues"
 )
 
 // AllModes lists every mode "all" means, in run order.
-var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeScheduled, ModeHousekeeping, ModeConcurrent}
+var AllModes = []Mode{ModeDrain, ModeLatency, ModeIdle, ModeDelayed, ModeEnqueue, ModeScale, ModeScheduled, ModeHousekeeping, ModeQueues, ModeConcurrent}
 
 // OptInModes run only when named, after AllModes.
 var OptInModes = []Mode{ModeStream}
@@ -202,6 +206,15 @@ type Housekeeper interface {
 	// kept events, and expired ones of each, then deletes what expired and
 	// returns the time of each.
 	Housekeep(ctx context.Context, kept, expired int) (Housekeeping, error)
+}
+
+// QueueSpreader is a system whose one-call bulk enqueue over many distinct
+// queues the queues mode times.
+type QueueSpreader interface {
+	// EnqueueSpread enqueues n jobs in one call (one statement where the
+	// system can), job i in a queue named for i, and returns how many jobs
+	// the system's tables hold afterwards.
+	EnqueueSpread(ctx context.Context, n int) (int64, error)
 }
 
 // Housekeeping is what one Housekeep call measured.
