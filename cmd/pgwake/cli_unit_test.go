@@ -4,7 +4,6 @@ import (
 	"flag"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,15 +28,6 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-func TestExponentialBackoff(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second},
-		[]time.Duration{exponentialBackoff(time.Second, 1), exponentialBackoff(time.Second, 2),
-			exponentialBackoff(time.Second, 3), exponentialBackoff(time.Second, 4)})
-	require.Equal(t, 24*time.Hour, exponentialBackoff(time.Second, 1000))
-	require.Equal(t, time.Second, exponentialBackoff(time.Second, 0))
-}
-
 func TestTailBuffer(t *testing.T) {
 	t.Parallel()
 	tb := &tailBuffer{max: 10}
@@ -46,22 +36,6 @@ func TestTailBuffer(t *testing.T) {
 	require.Equal(t, ": hello", tb.suffix())
 	_, _ = tb.Write([]byte("0123456789abc"))
 	require.Equal(t, ": ...3456789abc", tb.suffix())
-}
-
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	var v []time.Duration
-	for i := 1; i <= 100; i++ {
-		v = append(v, time.Duration(i)*time.Millisecond)
-	}
-	require.Equal(t, 50*time.Millisecond, percentile(v, 0.5))
-	require.Equal(t, 99*time.Millisecond, percentile(v, 0.99))
-	require.Equal(t, 100*time.Millisecond, percentile(v, 1))
-	require.Equal(t, time.Duration(0), percentile(nil, 0.5))
-	var b strings.Builder
-	writeHistogram(&b, v)
-	require.Contains(t, b.String(), "50ms-100ms")
-	require.Contains(t, b.String(), " 50\n")
 }
 
 func TestReorderArgs(t *testing.T) {

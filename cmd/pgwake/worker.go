@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/backoff"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -235,7 +236,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		LeasedKinds:        o.leased,
 		LeaseDuration:      o.leaseDuration,
 		Periodic:           o.periodic,
-		Backoff:            func(attempt int) time.Duration { return exponentialBackoff(base, attempt) },
+		Backoff:            func(attempt int) time.Duration { return backoff.Exponential(attempt, base, 24*time.Hour) },
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
 		Registerer:         reg,
@@ -270,15 +271,6 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	env.log.Info("pgwake worker stopped")
 	return nil
-}
-
-// exponentialBackoff is base * 2^(attempt-1), capped at 24h.
-func exponentialBackoff(base time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < 24*time.Hour; i++ {
-		d *= 2
-	}
-	return min(d, 24*time.Hour)
 }
 
 func parseQueues(s string) ([]string, error) {
