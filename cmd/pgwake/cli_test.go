@@ -476,6 +476,15 @@ func TestErrorMessages(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "run `pgwake migrate --schema pgwake_cli_not_there` first")
 
+	// Migrated by an older pgwake: the migration it lacks is named.
+	old := migrated(t)
+	_, err = pgtest.Pool(t).Exec(context.Background(), `DELETE FROM `+sqlident.Quote(old, "schema_migrations")+
+		` WHERE version = (SELECT max(version) FROM `+sqlident.Quote(old, "schema_migrations")+`)`)
+	require.NoError(t, err)
+	r = pgwake(t, "", "worker", "--schema", old, "--handler", "k=exec:true", "--metrics-addr", "off")
+	require.Equal(t, 1, r.code)
+	require.Regexp(t, "schema "+old+" lacks migration\\(s\\) [0-9]{4}; run `pgwake migrate --schema "+old+"` first", r.stderr)
+
 	// Bad flags and commands: exit 2, one line, a pointer to help.
 	for _, tc := range []struct {
 		args []string

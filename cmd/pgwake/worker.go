@@ -3,16 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/backoff"
+	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -345,14 +348,29 @@ func parseKindTimeouts(flags []string, handlers map[string]string) (map[string]t
 	return out, nil
 }
 
-// checkSchema fails early, with the fix, when the schema is not migrated.
+// checkSchema fails early, with the fix, when the schema is not migrated
+// or lacks a migration this binary needs. A role that may not read the
+// migrations table is not stopped (its statements will say what is wrong).
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteIdent(schema)+".jobs").Scan(&ok); err != nil {
+	st, err := migrations.StatusOf(ctx, pool, schema)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return nil
+		}
 		return fmt.Errorf("check schema %s: %w", schema, err)
 	}
-	if !ok {
+	var missing []string
+	for _, m := range st {
+		if m.AppliedAt.IsZero() {
+			missing = append(missing, fmt.Sprintf("%04d", m.Version))
+		}
+	}
+	switch {
+	case len(missing) == len(st):
 		return fmt.Errorf("pgwake's tables are missing in schema %s; run `pgwake migrate --schema %s` first", schema, schema)
+	case len(missing) > 0:
+		return fmt.Errorf("schema %s lacks migration(s) %s; run `pgwake migrate --schema %s` first", schema, strings.Join(missing, ", "), schema)
 	}
 	return nil
 }
