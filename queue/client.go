@@ -249,7 +249,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	// A held-mode job whose handler runs holds its row locked until the
 	// attempt ends: ask its worker, wherever it is, to cancel the handler
 	// and record the attempt cancelled. The cancel below waits for the row.
-	var before string
+	var before JobState
 	if err := c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&before); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
 	}
@@ -261,7 +261,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
 	if errors.Is(err, ErrNotFound) && before == StatePending {
 		// Its worker recorded the attempt cancelled first.
-		var state string
+		var state JobState
 		if c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&state) == nil && state == StateCancelled {
 			return nil
 		}

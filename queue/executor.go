@@ -37,7 +37,7 @@ type attemptResult struct {
 	job     *Job
 	dur     time.Duration
 	err     error         // nil: the handler succeeded
-	state   string        // after a recorded failure: pending or failed; "" superseded
+	state   JobState      // after a recorded failure: pending or failed; "" superseded
 	retryIn time.Duration // after a recorded retry
 	outcome string        // metrics outcome, when not implied by err and state
 }

@@ -114,7 +114,13 @@ type eventRow struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-var validStates = []string{queue.StatePending, queue.StateRunning, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}
+var validStates = func() []string {
+	var out []string
+	for _, s := range queue.States() {
+		out = append(out, string(s))
+	}
+	return out
+}()
 
 const jobColumns = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at, coalesce(unique_key, ''), coalesce(last_error, '')`
 
