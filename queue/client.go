@@ -188,6 +188,10 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 		prios    = make([]int32, n)
 		maxAtt   = make([]int32, n)
 		keys     = make([]*string, n)
+		// Scopes, holds and periods stay nil (NULL) unless a job sets one:
+		// the usual enqueue pays nothing for them.
+		scopes, holds []*string
+		periods       []*time.Duration
 	)
 	for i, j := range jobs {
 		p, err := c.prepare(i, j)
@@ -196,14 +200,21 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 		}
 		kinds[i], payloads[i], queues[i], runAfter[i] = p.kind, string(p.payload), p.queue, p.runAfter
 		delays[i], prios[i], maxAtt[i], keys[i] = time.Duration(p.delayMicros)*time.Microsecond, int32(p.priority), p.maxAttempts, p.uniqueKey
+		if p.uniqueScope != nil || p.uniqueHold != nil || p.uniquePeriod != nil {
+			if scopes == nil {
+				scopes, holds, periods = make([]*string, n), make([]*string, n), make([]*time.Duration, n)
+			}
+			scopes[i], holds[i], periods[i] = p.uniqueScope, p.uniqueHold, p.uniquePeriod
+		}
 	}
 	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
 	// in one statement, as every other client gets them.
 	var ids []int64
 	var dups []bool
-	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys)
+	var heldUntil []*time.Time
+	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys, scopes, holds, periods)
 	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&ids, &dups}, func() error { return nil })
+		_, err = pgx.ForEachRow(rows, []any{&ids, &dups, &heldUntil}, func() error { return nil })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: enqueue: %w", err)
@@ -214,6 +225,9 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	results := make([]EnqueueResult, n)
 	for i := range results {
 		results[i] = EnqueueResult{ID: ids[i], Duplicate: dups[i]}
+		if i < len(heldUntil) && heldUntil[i] != nil {
+			results[i].HeldUntil = *heldUntil[i]
+		}
 	}
 	for i, r := range results {
 		if !r.Duplicate {
@@ -305,6 +319,9 @@ func (c *Client) Retry(ctx context.Context, id int64) error {
 func (c *Client) RetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	var ok bool
 	if err := tx.QueryRow(ctx, c.sql.retry, id).Scan(&ok); err != nil {
+		if held := uniqueKeyHeld(id, err); held != nil {
+			return held
+		}
 		return fmt.Errorf("queue: retry job %d: %w", id, err)
 	}
 	if !ok {

@@ -97,6 +97,11 @@ func (c *Client) DeleteFinished(ctx context.Context, r Retention) (map[JobState]
 			return out, fmt.Errorf("queue: delete finished %s jobs: %w", st.state, err)
 		}
 	}
+	// Unique keys held for a period that has passed (docs/unique.md): the
+	// next enqueue would take them over anyway; this keeps the table small.
+	if _, err := c.inBatches(ctx, c.sql.deleteUniquePeriods); err != nil {
+		return out, fmt.Errorf("queue: delete expired unique periods: %w", err)
+	}
 	return out, nil
 }
 
@@ -107,10 +112,16 @@ const sqlstateQueryCanceled = "57014"
 // deleteExpired deletes the jobs of state that finished more than keep ago,
 // in batches of at most deleteBatch, halving a batch the server cancelled.
 func (c *Client) deleteExpired(ctx context.Context, state JobState, keep time.Duration) (int64, error) {
+	return c.inBatches(ctx, c.sql.deleteFinished, state, float64(keep.Microseconds()))
+}
+
+// inBatches runs the delete stmt (args, then the batch size) until a batch
+// deletes fewer rows than its size, halving a batch the server cancelled.
+func (c *Client) inBatches(ctx context.Context, stmt string, args ...any) (int64, error) {
 	var total int64
 	size := deleteBatch
 	for {
-		tag, err := c.pool.Exec(ctx, c.sql.deleteFinished, state, float64(keep.Microseconds()), size)
+		tag, err := c.pool.Exec(ctx, stmt, append(args, size)...)
 		if err != nil {
 			var pe *pgconn.PgError
 			if ctx.Err() == nil && size > 1 && errors.As(err, &pe) && pe.Code == sqlstateQueryCanceled {
