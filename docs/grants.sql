@@ -99,9 +99,9 @@ GRANT USAGE ON SCHEMA {{schema}} TO {{sql_producer_role}};
 -- (Migration 0014 recreated the enqueue functions with the unique scope,
 -- hold and period parameters, copying the grants they had.)
 GRANT EXECUTE ON FUNCTION
-    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval),
+    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb),
     {{schema}}.enqueue_many(jsonb),
-    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[])
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[])
 TO {{producer_role}}, {{worker_role}}, {{sql_producer_role}};
 -- Workers cancel through it too (CancelTx from a handler, the skipped jobs
 -- of a batch).

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,7 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]EnqueueResult, error) {
+func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []EnqueueResult, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -192,7 +193,15 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 		// the usual enqueue pays nothing for them.
 		scopes, holds []*string
 		periods       []*time.Duration
+		metas         []*string
 	)
+	if h := c.cfg.Hooks.BeforeEnqueue; h != nil {
+		// The hook may set each job's Metadata: on a copy of the slice.
+		jobs = slices.Clone(jobs)
+		if done := h(ctx, jobs); done != nil {
+			defer func() { done(err) }()
+		}
+	}
 	for i, j := range jobs {
 		p, err := c.prepare(i, j)
 		if err != nil {
@@ -206,13 +215,20 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 			}
 			scopes[i], holds[i], periods[i] = p.uniqueScope, p.uniqueHold, p.uniquePeriod
 		}
+		if p.metadata != nil {
+			if metas == nil {
+				metas = make([]*string, n)
+			}
+			m := string(p.metadata)
+			metas[i] = &m
+		}
 	}
 	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
 	// in one statement, as every other client gets them.
 	var ids []int64
 	var dups []bool
 	var heldUntil []*time.Time
-	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys, scopes, holds, periods)
+	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys, scopes, holds, periods, metas)
 	if err == nil {
 		_, err = pgx.ForEachRow(rows, []any{&ids, &dups, &heldUntil}, func() error { return nil })
 	}

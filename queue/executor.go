@@ -340,6 +340,13 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 		ctx, cancel = context.WithTimeoutCause(hardCtx, timeout, fmt.Errorf("%w after %s", ErrJobTimeout, timeout))
 	}
 	defer cancel()
+	if hook := c.cfg.Hooks.Work; hook != nil {
+		var done func(error)
+		ctx, done = hook(ctx, j)
+		if done != nil {
+			defer func() { done(err) }() // runs after the recover below
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}

@@ -84,6 +84,9 @@ type NewJob struct {
 	// enqueue whatever becomes of the job (debounce: at most one job per
 	// period); EnqueueResult.HeldUntil says until when.
 	UniquePeriod time.Duration
+	// Metadata is handed to the handler with the job (Job.Metadata), e.g. a
+	// trace context that Config.Hooks set. Nil or empty stores nothing.
+	Metadata map[string]string
 }
 
 // UniqueScope is what a unique key is unique within.
@@ -138,6 +141,8 @@ type Job struct {
 	UniqueKey   string
 	// LastError is the previous attempt's error, if any.
 	LastError string
+	// Metadata is NewJob.Metadata as enqueued (nil when none).
+	Metadata map[string]string
 }
 
 // ValidateQueue checks a queue name.
@@ -189,6 +194,7 @@ type prepared struct {
 	// The key's scope, hold and period; nil for the defaults.
 	uniqueScope, uniqueHold *string
 	uniquePeriod            *time.Duration
+	metadata                []byte // JSON object; nil: none
 }
 
 func (c *Client) prepare(i int, j NewJob) (prepared, error) {
@@ -240,6 +246,11 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 		}
 		uk := j.UniqueKey
 		p.uniqueKey = &uk
+	}
+	if len(j.Metadata) > 0 {
+		if p.metadata, err = json.Marshal(j.Metadata); err != nil {
+			return fail("metadata", err)
+		}
 	}
 	return prepareUnique(p, j, fail)
 }

@@ -11,8 +11,9 @@ type statements struct {
 	// enqueue calls the SQL API's enqueue_jobs (migrations 0008 and 0014,
 	// the one implementation of enqueue): $1 kinds, $2 payloads, $3 queues,
 	// $4 run_after, $5 delays, $6 priorities, $7 max attempts, $8 unique
-	// keys, $9 unique scopes, $10 unique holds, $11 unique periods (arrays,
-	// one element per job; $9-$11 NULL unless a job sets one). Row: the ids,
+	// keys, $9 unique scopes, $10 unique holds, $11 unique periods, $12
+	// metadata (arrays, one element per job; $9-$12 NULL unless a job sets
+	// one). Row: the ids,
 	// duplicate flags and period ends, in input order.
 	enqueue string
 	// claim locks due jobs of queue $1 that have no attempt record: up to
@@ -107,7 +108,7 @@ func stateIs(col, state string) string { return "(" + col + " = '" + state + "')
 // claimCols are the columns every claim returns, in claimedJob's scan order.
 const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.run_after, j.created_at,
 	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
-	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8`
+	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8, j.metadata::text`
 
 // tables are the quoted names statements are built with.
 type tables struct {
@@ -138,7 +139,7 @@ func newStatements(schema string) statements {
 // no overload a role creates elsewhere matches better.
 func (s *statements) enqueueStatements(t tables) {
 	s.enqueue = `SELECT e.ids, e.duplicates, e.held_until FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
-	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[]) e`
+	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[], $12::jsonb[]) e`
 }
 
 // claimStatements: jobs and attempts: claims.

@@ -8,6 +8,10 @@
 -- or for a period from the enqueue whatever becomes of the job (a period:
 -- debounce, "at most one per 10 minutes").
 --
+-- Jobs also get a metadata column (jsonb, NULL when empty): string pairs
+-- set at enqueue (queue.NewJob.Metadata, queue.Hooks) and handed to the
+-- handler with the job; otelpgwake keeps the producer's trace context there.
+--
 -- New errors of the SQL API: PW009 unique_scope, PW010 unique_hold /
 -- unique_period, PW011 retry of a job whose unique key is held by another
 -- job (the holder's id in DETAIL).
@@ -27,7 +31,8 @@ WHERE p.pronamespace = '{{schema}}'::regnamespace
 -- NULL scope: the kind; 'queue': the queue. NULL hold: 'active'.
 ALTER TABLE {{schema}}.jobs
     ADD COLUMN unique_scope text CONSTRAINT jobs_unique_scope_check CHECK (unique_scope = 'queue'),
-    ADD COLUMN unique_hold  text CONSTRAINT jobs_unique_hold_check CHECK (unique_hold IN ('pending', 'succeeded', 'period'));
+    ADD COLUMN unique_hold  text CONSTRAINT jobs_unique_hold_check CHECK (unique_hold IN ('pending', 'succeeded', 'period')),
+    ADD COLUMN metadata     jsonb;
 
 -- One index for every scope and hold: a key is held by the jobs the
 -- predicate lists. unique_holder repeats the predicate word for word.
@@ -118,6 +123,7 @@ CREATE FUNCTION {{schema}}.enqueue_jobs(
     unique_scopes  text[]        DEFAULT NULL,
     unique_holds   text[]        DEFAULT NULL,
     unique_periods interval[]    DEFAULT NULL,
+    metadatas      jsonb[]       DEFAULT NULL,
     OUT ids        bigint[],
     OUT duplicates boolean[],
     OUT held_until timestamptz[]
@@ -159,7 +165,8 @@ BEGIN
         OR (unique_keys IS NOT NULL AND pg_catalog.cardinality(unique_keys) <> n)
         OR (unique_scopes IS NOT NULL AND pg_catalog.cardinality(unique_scopes) <> n)
         OR (unique_holds IS NOT NULL AND pg_catalog.cardinality(unique_holds) <> n)
-        OR (unique_periods IS NOT NULL AND pg_catalog.cardinality(unique_periods) <> n) THEN
+        OR (unique_periods IS NOT NULL AND pg_catalog.cardinality(unique_periods) <> n)
+        OR (metadatas IS NOT NULL AND pg_catalog.cardinality(metadatas) <> n) THEN
         RAISE EXCEPTION USING ERRCODE = 'PW008',
             MESSAGE = 'pgwake: enqueue_jobs: every array must be NULL or as long as kinds';
     END IF;
@@ -203,12 +210,13 @@ BEGIN
     END IF;
     WHILE n = 1 LOOP
         WITH ins AS (
-            INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key, unique_scope, unique_hold)
+            INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key, unique_scope, unique_hold, metadata)
             SELECT coalesce(preset[1], pg_catalog.nextval('{{schema}}.jobs_id_seq'::regclass)),
                 coalesce(queues[1], 'default'), kinds[1], coalesce(payloads[1], '{}'::jsonb), coalesce(priorities[1], 0)::smallint,
                 coalesce(run_afters[1], pg_catalog.now() + coalesce(delays[1], interval '0')), coalesce(attempt_limits[1], 5),
                 nullif(unique_keys[1], ''), CASE WHEN unique_scopes[1] = 'queue' THEN 'queue' END,
-                CASE WHEN unique_periods[1] IS NOT NULL THEN 'period' WHEN unique_holds[1] IN ('pending', 'succeeded') THEN unique_holds[1] END
+                CASE WHEN unique_periods[1] IS NOT NULL THEN 'period' WHEN unique_holds[1] IN ('pending', 'succeeded') THEN unique_holds[1] END,
+                metadatas[1]
             WHERE {{schema}}.valid_job(1, kinds[1], payloads[1], queues[1], run_afters[1], delays[1],
                 priorities[1], attempt_limits[1], unique_keys[1], payload_limit)
                 AND (unique_scopes IS NULL AND unique_holds IS NULL AND unique_periods IS NULL
@@ -257,19 +265,22 @@ BEGIN
                 coalesce(t.ma, 5) AS max_attempts, nullif(t.uk, '') AS unique_key,
                 CASE WHEN t.us = 'queue' THEN 'queue' END AS unique_scope,
                 CASE WHEN t.up IS NOT NULL THEN 'period' WHEN t.uh IN ('pending', 'succeeded') THEN t.uh END AS unique_hold,
+                t.md AS metadata,
                 {{schema}}.valid_job(t.ord, t.k, t.p, t.q, t.ra, t.d, t.pr, t.ma, t.uk, payload_limit)
                     AND (unique_scopes IS NULL AND unique_holds IS NULL AND unique_periods IS NULL
                         OR {{schema}}.valid_unique(t.ord, t.us, t.uh, t.up)) AS valid
             FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
                 pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
                 pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys),
-                pg_catalog.unnest(unique_scopes), pg_catalog.unnest(unique_holds), pg_catalog.unnest(unique_periods))
-                WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, us, uh, up, ord)
+                pg_catalog.unnest(unique_scopes), pg_catalog.unnest(unique_holds), pg_catalog.unnest(unique_periods),
+                pg_catalog.unnest(metadatas))
+                WITH ORDINALITY AS t(k, p, q, ra, d, pr, ma, uk, us, uh, up, md, ord)
             WHERE todo IS NULL OR t.ord = ANY (todo)
             ORDER BY t.ord
         ), ins AS (
-            INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key, unique_scope, unique_hold)
-            SELECT i.id, i.queue, i.kind, i.payload, i.priority::smallint, i.run_after, i.max_attempts, i.unique_key, i.unique_scope, i.unique_hold
+            INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_after, max_attempts, unique_key, unique_scope, unique_hold, metadata)
+            SELECT i.id, i.queue, i.kind, i.payload, i.priority::smallint, i.run_after, i.max_attempts, i.unique_key, i.unique_scope, i.unique_hold,
+                i.metadata
             FROM input i WHERE i.valid ORDER BY i.ord
             ON CONFLICT DO NOTHING
             RETURNING j.id, j.queue, j.kind, j.run_after
@@ -333,7 +344,8 @@ $$;
 -- enqueue enqueues one job and returns its id (or, when unique_key is held,
 -- the holder's id, writing nothing). run_after wins over delay; neither
 -- means now. unique_scope: kind (default) or queue; unique_hold: active
--- (default), pending, succeeded, or period with unique_period.
+-- (default), pending, succeeded, or period with unique_period. metadata: a
+-- JSON object of strings handed to the handler (e.g. a W3C traceparent).
 CREATE FUNCTION {{schema}}.enqueue(
     kind          text,
     payload       jsonb       DEFAULT '{}',
@@ -345,26 +357,27 @@ CREATE FUNCTION {{schema}}.enqueue(
     unique_key    text        DEFAULT NULL,
     unique_scope  text        DEFAULT NULL,
     unique_hold   text        DEFAULT NULL,
-    unique_period interval    DEFAULT NULL
+    unique_period interval    DEFAULT NULL,
+    metadata      jsonb       DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- plpgsql, not sql: its plans are cached for the session.
-    IF unique_scope IS NULL AND unique_hold IS NULL AND unique_period IS NULL THEN
+    IF unique_scope IS NULL AND unique_hold IS NULL AND unique_period IS NULL AND metadata IS NULL THEN
         RETURN ({{schema}}.enqueue_jobs(ARRAY[kind], ARRAY[payload], ARRAY[queue], ARRAY[run_after], ARRAY[delay],
             ARRAY[priority], ARRAY[max_attempts], ARRAY[unique_key])).ids[1];
     END IF;
     RETURN ({{schema}}.enqueue_jobs(ARRAY[kind], ARRAY[payload], ARRAY[queue], ARRAY[run_after], ARRAY[delay],
         ARRAY[priority], ARRAY[max_attempts], ARRAY[unique_key], 1048576,
-        ARRAY[unique_scope], ARRAY[unique_hold], ARRAY[unique_period])).ids[1];
+        ARRAY[unique_scope], ARRAY[unique_hold], ARRAY[unique_period], ARRAY[metadata])).ids[1];
 END
 $$;
 
 -- enqueue_many enqueues a JSON array of job objects (keys: kind, payload,
 -- queue, run_after, delay, priority, max_attempts, unique_key, unique_scope,
--- unique_hold, unique_period) in one statement with one wake-up per queue.
+-- unique_hold, unique_period, metadata) in one statement with one wake-up per queue.
 -- It returns the ids in input order, as enqueue does.
 CREATE FUNCTION {{schema}}.enqueue_many(jobs jsonb) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -374,7 +387,7 @@ DECLARE
     bad record;
     result_ids bigint[];
     known constant text[] := ARRAY['kind', 'payload', 'queue', 'run_after', 'delay', 'priority', 'max_attempts',
-        'unique_key', 'unique_scope', 'unique_hold', 'unique_period'];
+        'unique_key', 'unique_scope', 'unique_hold', 'unique_period', 'metadata'];
 BEGIN
     IF jobs IS NULL OR pg_catalog.jsonb_typeof(jobs) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'PW008',
@@ -408,7 +421,8 @@ BEGIN
         1048576,
         ARRAY(SELECT {{schema}}.json_text(e.job, 'unique_scope', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
         ARRAY(SELECT {{schema}}.json_text(e.job, 'unique_hold', e.ord) FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
-        ARRAY(SELECT CASE WHEN e.job ? 'unique_period' THEN {{schema}}.json_interval(e.job, 'unique_period', e.ord) END FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord)) r;
+        ARRAY(SELECT CASE WHEN e.job ? 'unique_period' THEN {{schema}}.json_interval(e.job, 'unique_period', e.ord) END FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord),
+        ARRAY(SELECT e.job -> 'metadata' FROM pg_catalog.jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, ord) ORDER BY e.ord)) r;
     RETURN result_ids;
 END
 $$;
@@ -450,8 +464,8 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     {{schema}}.unique_holder(boolean, text, text),
     {{schema}}.valid_unique(bigint, text, text, interval),
-    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[]),
-    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval),
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[]),
+    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb),
     {{schema}}.enqueue_many(jsonb)
 FROM PUBLIC;
 
@@ -462,8 +476,8 @@ BEGIN
     FOR g IN SELECT fn, grantee FROM pg_temp.pgwake_0014_grants LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s',
             CASE g.fn
-                WHEN 'enqueue_jobs' THEN '{{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[])'
-                WHEN 'enqueue' THEN '{{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval)'
+                WHEN 'enqueue_jobs' THEN '{{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[])'
+                WHEN 'enqueue' THEN '{{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb)'
                 ELSE '{{schema}}.enqueue_many(jsonb)' END,
             g.grantee);
     END LOOP;
