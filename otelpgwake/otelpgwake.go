@@ -63,20 +63,23 @@ var system = attribute.String("messaging.system", "pgwake")
 
 // enqueue starts the producer span and stores its context in every job.
 func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
-	attrs := []attribute.KeyValue{system, AttrJobs.Int(len(jobs))}
-	if len(jobs) == 1 {
-		attrs = append(attrs, AttrKind.String(jobs[0].Kind), AttrQueue.String(queueOf(jobs[0])))
+	ctx, span := t.tr.Start(ctx, SpanEnqueue, producer)
+	if !span.SpanContext().IsValid() {
+		return func(error) { span.End() } // a no-op provider: nothing to store
 	}
-	ctx, span := t.tr.Start(ctx, SpanEnqueue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	if span.SpanContext().IsValid() {
-		for i := range jobs {
-			carrier := propagation.MapCarrier{}
-			for k, v := range jobs[i].Metadata {
-				carrier[k] = v
-			}
-			t.prop.Inject(ctx, carrier)
-			jobs[i].Metadata = carrier
+	if span.IsRecording() {
+		span.SetAttributes(system, AttrJobs.Int(len(jobs)))
+		if len(jobs) == 1 {
+			span.SetAttributes(AttrKind.String(jobs[0].Kind), AttrQueue.String(queueOf(jobs[0])))
 		}
+	}
+	for i := range jobs {
+		carrier := propagation.MapCarrier{}
+		for k, v := range jobs[i].Metadata {
+			carrier[k] = v
+		}
+		t.prop.Inject(ctx, carrier)
+		jobs[i].Metadata = carrier
 	}
 	return func(err error) { end(span, err) }
 }
@@ -87,10 +90,18 @@ func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(
 	if len(j.Metadata) > 0 {
 		ctx = t.prop.Extract(ctx, propagation.MapCarrier(j.Metadata))
 	}
-	ctx, span := t.tr.Start(ctx, SpanWork, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		system, AttrJobID.Int64(j.ID), AttrKind.String(j.Kind), AttrQueue.String(j.Queue), AttrAttempt.Int(j.Attempt)))
+	ctx, span := t.tr.Start(ctx, SpanWork, consumer)
+	if span.IsRecording() {
+		span.SetAttributes(system, AttrJobID.Int64(j.ID), AttrKind.String(j.Kind), AttrQueue.String(j.Queue), AttrAttempt.Int(j.Attempt))
+	}
 	return ctx, func(err error) { end(span, err) }
 }
+
+// The span kinds, as start options made once.
+var (
+	producer = trace.WithSpanKind(trace.SpanKindProducer)
+	consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
 
 func end(span trace.Span, err error) {
 	if err != nil {

@@ -201,7 +201,8 @@ func TestTerminatedBackendCountsTheAttempt(t *testing.T) {
 	require.NoError(t, err)
 	close(release)
 	waitFor(t, 30*time.Second, "attempt recorded", func() bool { return e.count(`id = $1 AND attempts = 1`, r.ID) == 1 })
-	var state, lastError string
+	var state queue.JobState
+	var lastError string
 	var retryIn time.Duration
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT state, coalesce(last_error, ''), run_after - now() FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).Scan(&state, &lastError, &retryIn))
 	require.Equal(t, queue.StatePending, state, "runs %d, events %v", runs.Load(), e.eventTypes(r.ID))
