@@ -38,6 +38,7 @@ var parityCases = []queue.NewJob{
 	{Kind: "j", UniqueKey: "k3", UniqueScope: queue.UniqueByQueue, UniqueHold: queue.UniqueHoldSucceeded},
 	{Kind: "l", UniqueKey: "k4", UniqueHold: queue.UniqueHoldPending},
 	{Kind: "m", UniqueKey: "k5", UniquePeriod: time.Minute},
+	{Kind: "n", Metadata: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
 }
 
 // sqlArgs renders a job as enqueue's named arguments, only those it sets
@@ -78,6 +79,9 @@ func sqlArgs(j queue.NewJob) (string, []any) {
 	}
 	if j.UniquePeriod != 0 {
 		add("unique_period", "interval", j.UniquePeriod)
+	}
+	if j.Metadata != nil {
+		add("metadata", "jsonb", j.Metadata)
 	}
 	s := "$1::text"
 	if len(names) > 0 {
@@ -132,6 +136,9 @@ func manyJSON(jobs []queue.NewJob) string {
 		if j.UniquePeriod != 0 {
 			m["unique_period"] = j.UniquePeriod.Seconds()
 		}
+		if j.Metadata != nil {
+			m["metadata"] = j.Metadata
+		}
 		out = append(out, m)
 	}
 	b, err := json.Marshal(out)
@@ -146,9 +153,9 @@ func manyJSON(jobs []queue.NewJob) string {
 func (w *world) snapshot() []string {
 	w.t.Helper()
 	rows, err := w.admin.Query(context.Background(), `
-SELECT pg_catalog.format('job #%s queue=%s kind=%s payload=%s priority=%s state=%s attempts=%s max_attempts=%s unique_key=%s unique_scope=%s unique_hold=%s last_error=%s finished=%s run_after=%s',
+SELECT pg_catalog.format('job #%s queue=%s kind=%s payload=%s priority=%s state=%s attempts=%s max_attempts=%s unique_key=%s unique_scope=%s unique_hold=%s metadata=%s last_error=%s finished=%s run_after=%s',
 	pg_catalog.row_number() OVER (ORDER BY j.id), j.queue, j.kind, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts,
-	coalesce(j.unique_key, '-'), coalesce(j.unique_scope, '-'), coalesce(j.unique_hold, '-'), coalesce(j.last_error, '-'), j.finished_at IS NOT NULL,
+	coalesce(j.unique_key, '-'), coalesce(j.unique_scope, '-'), coalesce(j.unique_hold, '-'), coalesce(j.metadata::text, '-'), coalesce(j.last_error, '-'), j.finished_at IS NOT NULL,
 	CASE WHEN j.run_after < j.created_at + interval '1 day' THEN 'now+' || (j.run_after - j.created_at)::text ELSE j.run_after::text END)
 	|| (SELECT ' events=' || pg_catalog.string_agg(pg_catalog.format('%s/%s/%s/%s/run_after_matches=%s', e.type, e.queue, e.kind, e.attempt,
 		(e.data->>'run_after')::timestamptz = j.run_after), ',' ORDER BY e.id)
