@@ -327,6 +327,8 @@ func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
 // Retry puts a failed job back to pending, due now, with a retried event and
 // a wake-up. Its attempts are kept; max attempts grows by one if needed so it
 // runs at least once more.
+// When its unique key is held by another job now, it stays failed and Retry
+// returns a *UniqueKeyHeldError (errors.Is ErrUniqueKeyHeld).
 func (c *Client) Retry(ctx context.Context, id int64) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.RetryTx(ctx, tx, id) })
 }
