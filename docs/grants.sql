@@ -61,6 +61,9 @@ GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{worker_r
 -- worker reads which queues are paused.
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.periodic TO {{worker_role}};
 GRANT SELECT ON {{schema}}.paused_queues TO {{worker_role}};
+-- Retention deletes unique keys whose period has passed (docs/unique.md);
+-- UPDATE on one column for its FOR UPDATE SKIP LOCKED, which writes nothing.
+GRANT SELECT, DELETE, UPDATE (held_until) ON {{schema}}.unique_periods TO {{worker_role}};
 
 -- Operators.
 GRANT USAGE ON SCHEMA {{schema}} TO {{operator_role}};
@@ -77,6 +80,8 @@ GRANT SELECT, DELETE ON {{schema}}.attempts TO {{operator_role}};
 -- `pgwake periodic list`.
 GRANT SELECT, INSERT, DELETE ON {{schema}}.paused_queues TO {{operator_role}};
 GRANT SELECT ON {{schema}}.periodic TO {{operator_role}};
+-- `pgwake jobs prune` deletes expired unique periods too.
+GRANT SELECT, DELETE, UPDATE (held_until) ON {{schema}}.unique_periods TO {{operator_role}};
 
 -- Event stream. The publication is created once by the table owner
 -- (events.EnsurePublication, or
@@ -91,10 +96,12 @@ GRANT SELECT ON {{schema}}.events TO {{stream_role}};
 -- producer needs no table, sequence or other function privilege: it cannot
 -- read, cancel or retry jobs.
 GRANT USAGE ON SCHEMA {{schema}} TO {{sql_producer_role}};
+-- (Migration 0014 recreated the enqueue functions with the unique scope,
+-- hold and period parameters, copying the grants they had.)
 GRANT EXECUTE ON FUNCTION
-    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text),
+    {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb),
     {{schema}}.enqueue_many(jsonb),
-    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer)
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[])
 TO {{producer_role}}, {{worker_role}}, {{sql_producer_role}};
 -- Workers cancel through it too (CancelTx from a handler, the skipped jobs
 -- of a batch).

@@ -183,7 +183,7 @@ func SingleTopic(topic string) TopicFunc { return func(Event) string { return to
 // TopicPerType publishes to prefix + "." + SubjectSafe(event type), e.g.
 // "pgwake.events.succeeded".
 func TopicPerType(prefix string) TopicFunc {
-	return func(e Event) string { return prefix + "." + SubjectSafe(e.Type) }
+	return func(e Event) string { return prefix + "." + SubjectSafe(string(e.Type)) }
 }
 
 // TopicPerQueue publishes to prefix + "." + SubjectSafe(queue), e.g.

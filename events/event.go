@@ -13,8 +13,12 @@ import (
 // Version is the version of the JSON encoding Encode writes (field "v").
 const Version = 1
 
-// Event types. They are the values of queue.Event*; new types may be added
-// without a version change, so consumers must accept unknown types.
+// Type is an event's type: what happened to the job. It is queue.EventType;
+// new types may be added without a version change, so consumers must accept
+// unknown types.
+type Type = queue.EventType
+
+// Event types, the values of queue.Event*.
 const (
 	TypeEnqueued       = queue.EventEnqueued
 	TypeStarted        = queue.EventStarted
@@ -34,7 +38,7 @@ type Event struct {
 	// JobID is the job the event is about.
 	JobID int64
 	// Type is what happened (Type* constants).
-	Type string
+	Type Type
 	// Queue and Kind are the job's queue and kind.
 	Queue string
 	Kind  string
@@ -74,7 +78,7 @@ var ErrUnsupportedVersion = errors.New("unsupported event encoding version")
 // Encode returns the event's version 1 JSON encoding (docs/events.md).
 // Times are written in UTC with nanosecond precision.
 func Encode(e Event) ([]byte, error) {
-	w := wire{V: Version, ID: e.ID, JobID: e.JobID, Type: e.Type, Queue: e.Queue, Kind: e.Kind,
+	w := wire{V: Version, ID: e.ID, JobID: e.JobID, Type: string(e.Type), Queue: e.Queue, Kind: e.Kind,
 		Attempt: e.Attempt, At: e.At.UTC(), Error: e.Error}
 	if e.RunAfter != nil {
 		ra := e.RunAfter.UTC()
@@ -127,7 +131,7 @@ func Decode(b []byte) (Event, error) {
 	case w.Attempt < 0:
 		return Event{}, fmt.Errorf("%w: attempt must not be negative, got %d", ErrDecode, w.Attempt)
 	}
-	e := Event{ID: w.ID, JobID: w.JobID, Type: w.Type, Queue: w.Queue, Kind: w.Kind,
+	e := Event{ID: w.ID, JobID: w.JobID, Type: Type(w.Type), Queue: w.Queue, Kind: w.Kind,
 		Attempt: w.Attempt, At: w.At.UTC(), Error: w.Error}
 	if w.RunAfter != nil {
 		ra := w.RunAfter.UTC()

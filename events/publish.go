@@ -44,7 +44,7 @@ const inFlightBatches = 4
 type run struct {
 	topic string
 	msgs  []*message.Message
-	types []string
+	types []Type
 	wait  func(context.Context) error // nil when published synchronously or not sent yet
 }
 
@@ -155,7 +155,7 @@ func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflig
 		}
 		for _, r := range f.runs {
 			for _, t := range r.types {
-				s.m.published.WithLabelValues(t).Inc()
+				s.m.published.WithLabelValues(string(t)).Inc()
 			}
 		}
 		// The end of the last whole transaction in the batch; a trailing

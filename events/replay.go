@@ -153,7 +153,7 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, schema string, from From,
 
 // JobState is a job's state as rebuilt from its events.
 type JobState struct {
-	State    string
+	State    queue.JobState
 	Attempts int
 	Queue    string
 	Kind     string
@@ -197,9 +197,12 @@ func rebuild(ctx context.Context, q querier, schema string) (map[int64]JobState,
 		if e.Type == TypeEnqueued && seen {
 			return fmt.Errorf("events: job %d enqueued twice (event %d)", e.JobID, e.ID)
 		}
-		state, ok := queue.StateAfter(e.Type)
-		if !ok {
+		if _, known := queue.StateAfter(e.Type); !known {
 			return fmt.Errorf("events: event %d has unknown type %q", e.ID, e.Type)
+		}
+		state, ok := queue.Next(s.State, e.Type)
+		if !ok {
+			return fmt.Errorf("events: event %d: %s is not a transition from %q (see queue.Transitions)", e.ID, e.Type, s.State)
 		}
 		s.State = state
 		s.Attempts, s.Queue, s.Kind = e.Attempt, e.Queue, e.Kind
@@ -254,7 +257,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Mismatch,
 	}
 	for id, es := range fromEvents {
 		if !fromJobs[id] && (es.State == queue.StatePending || es.State == queue.StateRunning) {
-			out = append(out, Mismatch{JobID: id, FromEvents: &es, Problem: "events say " + es.State + " but the job row is gone"})
+			out = append(out, Mismatch{JobID: id, FromEvents: &es, Problem: "events say " + string(es.State) + " but the job row is gone"})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })

@@ -158,7 +158,7 @@ func TestJobRetentionThenEventRetentionVerifyHolds(t *testing.T) {
 	require.NoError(t, err)
 	deleted, err := c.DeleteFinished(ctx, queue.Retention{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{queue.StateSucceeded: 100}, deleted)
+	require.Equal(t, map[queue.JobState]int64{queue.StateSucceeded: 100}, deleted)
 	require.Equal(t, 1, e.Count(`SELECT count(*) FROM `+e.Table("jobs")))
 	require.Len(t, e.TableEvents(), 201, "deleting jobs leaves the log alone")
 	mismatches, err := events.Verify(ctx, e.Pool, e.Schema)

@@ -77,7 +77,7 @@ func NewMessage(schema string, e Event, lsn pglogrepl.LSN) (*message.Message, er
 	msg.Metadata.Set(MetaEventID, strconv.FormatInt(e.ID, 10))
 	msg.Metadata.Set(MetaLSN, lsn.String())
 	msg.Metadata.Set(MetaJobID, strconv.FormatInt(e.JobID, 10))
-	msg.Metadata.Set(MetaType, e.Type)
+	msg.Metadata.Set(MetaType, string(e.Type))
 	msg.Metadata.Set(MetaQueue, e.Queue)
 	msg.Metadata.Set(MetaKind, e.Kind)
 	msg.Metadata.Set(MetaSchema, schema)

@@ -135,7 +135,7 @@ func (c *Client) recordFailure(ctx context.Context, tx pgx.Tx, j *Job, herr erro
 // moved (the attempt was superseded, or the lease is not ours).
 func (c *Client) writeFailure(ctx context.Context, q rowQuerier, stmt string, attempts int32, j *Job, herr error, extra ...any) (r failRecord, ok bool, err error) {
 	d := c.decide(j, herr)
-	args := append([]any{j.ID, attempts, truncateError(herr.Error(), c.cfg.MaxErrorBytes), d.state,
+	args := append([]any{j.ID, attempts, truncateError(herr.Error(), c.cfg.MaxErrorBytes), d.state(),
 		float64(d.delay.Microseconds()), c.channel, d.event}, extra...)
 	var ms float64
 	var woke int64
@@ -158,7 +158,7 @@ type rowQuerier interface {
 
 // failRecord is what recordFailure wrote.
 type failRecord struct {
-	state   string
-	event   string // the event appended: retry_scheduled, failed, cancelled or snoozed
+	state   JobState
+	event   EventType // the event appended: retry_scheduled, failed, cancelled or snoozed
 	retryIn time.Duration
 }

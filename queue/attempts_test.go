@@ -40,11 +40,11 @@ func (r *runCounter) get(id int64) int {
 func fastBackoff(int) time.Duration { return 20 * time.Millisecond }
 
 // eventTypes returns a job's event types in order.
-func (e *env) eventTypes(id int64) []string {
+func (e *env) eventTypes(id int64) []queue.EventType {
 	e.t.Helper()
 	rows, err := e.pool.Query(context.Background(), `SELECT type FROM `+e.table("events")+` WHERE job_id = $1 ORDER BY id`, id)
 	require.NoError(e.t, err)
-	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	types, err := pgx.CollectRows(rows, pgx.RowTo[queue.EventType])
 	require.NoError(e.t, err)
 	return types
 }
@@ -201,7 +201,8 @@ func TestTerminatedBackendCountsTheAttempt(t *testing.T) {
 	require.NoError(t, err)
 	close(release)
 	waitFor(t, 30*time.Second, "attempt recorded", func() bool { return e.count(`id = $1 AND attempts = 1`, r.ID) == 1 })
-	var state, lastError string
+	var state queue.JobState
+	var lastError string
 	var retryIn time.Duration
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT state, coalesce(last_error, ''), run_after - now() FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).Scan(&state, &lastError, &retryIn))
 	require.Equal(t, queue.StatePending, state, "runs %d, events %v", runs.Load(), e.eventTypes(r.ID))
@@ -269,7 +270,7 @@ func TestCancelOfAClaimedJob(t *testing.T) {
 			waitFor(t, 30*time.Second, "canceller done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, a.ID) == 1 })
 			require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled'`, b.ID))
 			require.Zero(t, runs.get(b.ID), "the cancelled job ran")
-			require.Equal(t, []string{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(b.ID))
+			require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(b.ID))
 			checkEventsMatchJobs(t, e.pool, e.schema)
 		})
 	}
@@ -293,7 +294,7 @@ func TestCancelOfAClaimedJob(t *testing.T) {
 		waitFor(t, 30*time.Second, "job finished", func() bool { return e.count(`id = $1 AND state <> 'pending'`, own.ID) == 1 })
 		require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled'`, own.ID))
 		require.Equal(t, 1, runs.get(own.ID))
-		require.Equal(t, []string{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(own.ID))
+		require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(own.ID))
 		checkEventsMatchJobs(t, e.pool, e.schema)
 	})
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -190,8 +191,9 @@ func scanClaimed(b *batch, rows pgx.Rows, lost bool) error {
 		var prio int16
 		var attempts, maxAttempts int32
 		var waitSec float64
+		var meta *string
 		dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
-			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec}
+			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec, &meta}
 		var la lostAttempt
 		var laAttempt int32
 		var laIsolation int16
@@ -202,6 +204,11 @@ func scanClaimed(b *batch, rows pgx.Rows, lost bool) error {
 			return err
 		}
 		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
+		if meta != nil {
+			// Not a JSON object of strings (written by hand through the
+			// SQL API): the job runs without it.
+			_ = json.Unmarshal([]byte(*meta), &j.Metadata)
+		}
 		cj.wait = time.Duration(waitSec * float64(time.Second))
 		b.jobs = append(b.jobs, cj)
 		if lost {

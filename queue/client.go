@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,7 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]EnqueueResult, error) {
+func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []EnqueueResult, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -188,7 +189,19 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 		prios    = make([]int32, n)
 		maxAtt   = make([]int32, n)
 		keys     = make([]*string, n)
+		// Scopes, holds and periods stay nil (NULL) unless a job sets one:
+		// the usual enqueue pays nothing for them.
+		scopes, holds []*string
+		periods       []*time.Duration
+		metas         []*string
 	)
+	if h := c.cfg.Hooks.BeforeEnqueue; h != nil {
+		// The hook may set each job's Metadata: on a copy of the slice.
+		jobs = slices.Clone(jobs)
+		if done := h(ctx, jobs); done != nil {
+			defer func() { done(err) }()
+		}
+	}
 	for i, j := range jobs {
 		p, err := c.prepare(i, j)
 		if err != nil {
@@ -196,14 +209,28 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 		}
 		kinds[i], payloads[i], queues[i], runAfter[i] = p.kind, string(p.payload), p.queue, p.runAfter
 		delays[i], prios[i], maxAtt[i], keys[i] = time.Duration(p.delayMicros)*time.Microsecond, int32(p.priority), p.maxAttempts, p.uniqueKey
+		if p.uniqueScope != nil || p.uniqueHold != nil || p.uniquePeriod != nil {
+			if scopes == nil {
+				scopes, holds, periods = make([]*string, n), make([]*string, n), make([]*time.Duration, n)
+			}
+			scopes[i], holds[i], periods[i] = p.uniqueScope, p.uniqueHold, p.uniquePeriod
+		}
+		if p.metadata != nil {
+			if metas == nil {
+				metas = make([]*string, n)
+			}
+			m := string(p.metadata)
+			metas[i] = &m
+		}
 	}
 	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
 	// in one statement, as every other client gets them.
 	var ids []int64
 	var dups []bool
-	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys)
+	var heldUntil []*time.Time
+	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys, scopes, holds, periods, metas)
 	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&ids, &dups}, func() error { return nil })
+		_, err = pgx.ForEachRow(rows, []any{&ids, &dups, &heldUntil}, func() error { return nil })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: enqueue: %w", err)
@@ -214,6 +241,9 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) ([]Enque
 	results := make([]EnqueueResult, n)
 	for i := range results {
 		results[i] = EnqueueResult{ID: ids[i], Duplicate: dups[i]}
+		if i < len(heldUntil) && heldUntil[i] != nil {
+			results[i].HeldUntil = *heldUntil[i]
+		}
 	}
 	for i, r := range results {
 		if !r.Duplicate {
@@ -249,7 +279,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	// A held-mode job whose handler runs holds its row locked until the
 	// attempt ends: ask its worker, wherever it is, to cancel the handler
 	// and record the attempt cancelled. The cancel below waits for the row.
-	var before string
+	var before JobState
 	if err := c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&before); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("queue: cancel job %d: %w", id, err)
 	}
@@ -261,7 +291,7 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
 	if errors.Is(err, ErrNotFound) && before == StatePending {
 		// Its worker recorded the attempt cancelled first.
-		var state string
+		var state JobState
 		if c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&state) == nil && state == StateCancelled {
 			return nil
 		}
@@ -297,6 +327,8 @@ func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
 // Retry puts a failed job back to pending, due now, with a retried event and
 // a wake-up. Its attempts are kept; max attempts grows by one if needed so it
 // runs at least once more.
+// When its unique key is held by another job now, it stays failed and Retry
+// returns a *UniqueKeyHeldError (errors.Is ErrUniqueKeyHeld).
 func (c *Client) Retry(ctx context.Context, id int64) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.RetryTx(ctx, tx, id) })
 }
@@ -305,6 +337,9 @@ func (c *Client) Retry(ctx context.Context, id int64) error {
 func (c *Client) RetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	var ok bool
 	if err := tx.QueryRow(ctx, c.sql.retry, id).Scan(&ok); err != nil {
+		if held := uniqueKeyHeld(id, err); held != nil {
+			return held
+		}
 		return fmt.Errorf("queue: retry job %d: %w", id, err)
 	}
 	if !ok {

@@ -126,6 +126,9 @@ type Config struct {
 	// client with Periodic and no Queues runs only the schedules. Default
 	// none.
 	Periodic []PeriodicJob
+	// Hooks are called around enqueues and attempts, for tracing
+	// (package otelpgwake) or similar. Default none: no cost.
+	Hooks Hooks
 }
 
 // Defaults of Config and QueueConfig, filled in by New.

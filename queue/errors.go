@@ -3,6 +3,9 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrAlreadyRunning is returned by Run when the client is already running.
@@ -76,3 +79,35 @@ func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v\n
 // errCancelledWhileRunning is the cause of a held-mode handler's context
 // when Cancel asked for its job while it ran.
 var errCancelledWhileRunning = errors.New("cancelled while its handler ran (Client.Cancel)")
+
+// ErrUniqueKeyHeld is matched (errors.Is) by the *UniqueKeyHeldError that
+// Retry returns when the failed job's unique key is held by another job now.
+var ErrUniqueKeyHeld = errors.New("queue: the job's unique key is held by another job")
+
+// UniqueKeyHeldError says which job holds the unique key of a job Retry
+// could not put back to pending. In RetryTx the transaction is aborted.
+type UniqueKeyHeldError struct {
+	JobID    int64 // the job to retry
+	HolderID int64 // the job holding its key; 0 if it finished meanwhile
+}
+
+func (e *UniqueKeyHeldError) Error() string {
+	return fmt.Sprintf("queue: retry job %d: its unique key is held by job %d", e.JobID, e.HolderID)
+}
+
+// Is makes errors.Is(err, ErrUniqueKeyHeld) true.
+func (e *UniqueKeyHeldError) Is(target error) bool { return target == ErrUniqueKeyHeld }
+
+// sqlstateUniqueKeyHeld is the SQL API's retry of a job whose key is held.
+const sqlstateUniqueKeyHeld = "PW011"
+
+// uniqueKeyHeld turns the SQL API's PW011 into a *UniqueKeyHeldError; nil
+// for any other error.
+func uniqueKeyHeld(id int64, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != sqlstateUniqueKeyHeld {
+		return nil
+	}
+	holder, _ := strconv.ParseInt(pe.Detail, 10, 64)
+	return &UniqueKeyHeldError{JobID: id, HolderID: holder}
+}

@@ -37,7 +37,7 @@ type attemptResult struct {
 	job     *Job
 	dur     time.Duration
 	err     error         // nil: the handler succeeded
-	state   string        // after a recorded failure: pending or failed; "" superseded
+	state   JobState      // after a recorded failure: pending or failed; "" superseded
 	retryIn time.Duration // after a recorded retry
 	outcome string        // metrics outcome, when not implied by err and state
 }
@@ -340,6 +340,13 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 		ctx, cancel = context.WithTimeoutCause(hardCtx, timeout, fmt.Errorf("%w after %s", ErrJobTimeout, timeout))
 	}
 	defer cancel()
+	if hook := c.cfg.Hooks.Work; hook != nil {
+		var done func(error)
+		ctx, done = hook(ctx, j)
+		if done != nil {
+			defer func() { done(err) }() // runs after the recover below
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}

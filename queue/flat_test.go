@@ -218,7 +218,7 @@ func TestRetentionIsFlatInKeptJobs(t *testing.T) {
 	require.NoError(t, err)
 	n, err := c.DeleteFinished(ctx, Retention{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{StateSucceeded: 2500, StateCancelled: 10, StateFailed: 3000}, n)
+	require.Equal(t, map[JobState]int64{StateSucceeded: 2500, StateCancelled: 10, StateFailed: 3000}, n)
 	var kept int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs).Scan(&kept))
 	require.Equal(t, 201000, kept)
@@ -251,5 +251,5 @@ func TestRetentionShrinksCancelledBatches(t *testing.T) {
 	require.NoError(t, err)
 	n, err := c.DeleteFinished(ctx, Retention{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{StateSucceeded: 120}, n)
+	require.Equal(t, map[JobState]int64{StateSucceeded: 120}, n)
 }

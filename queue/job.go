@@ -69,17 +69,61 @@ type NewJob struct {
 	// MaxAttempts is how many times the job may run before it is marked
 	// failed. Default Config.MaxAttempts (5).
 	MaxAttempts int
-	// UniqueKey, when set, makes a second enqueue with the same key while the
-	// first job is not finished return the first job's id and write nothing.
+	// UniqueKey, when set, makes a second enqueue with the same key, in the
+	// same scope, while the key is held return the holder's id and write
+	// nothing (docs/unique.md). By default a key is scoped by kind and held
+	// while its job is pending or running.
 	UniqueKey string
+	// UniqueScope is what the key is unique within: UniqueByKind (default)
+	// or UniqueByQueue.
+	UniqueScope UniqueScope
+	// UniqueHold is which jobs hold the key: UniqueHoldActive (default),
+	// UniqueHoldPending or UniqueHoldSucceeded. Not with UniquePeriod.
+	UniqueHold UniqueHold
+	// UniquePeriod, when positive, holds the key for that long from the
+	// enqueue whatever becomes of the job (debounce: at most one job per
+	// period); EnqueueResult.HeldUntil says until when.
+	UniquePeriod time.Duration
+	// Metadata is handed to the handler with the job (Job.Metadata), e.g. a
+	// trace context that Config.Hooks set. Nil or empty stores nothing.
+	Metadata map[string]string
 }
+
+// UniqueScope is what a unique key is unique within.
+type UniqueScope string
+
+// Unique key scopes.
+const (
+	UniqueByKind  UniqueScope = "kind"  // the default: jobs of the same kind
+	UniqueByQueue UniqueScope = "queue" // jobs of the same queue, whatever their kind
+)
+
+// UniqueHold says which jobs hold a unique key.
+type UniqueHold string
+
+// Unique key holds.
+const (
+	// UniqueHoldActive, the default: a pending or running job holds its key.
+	UniqueHoldActive UniqueHold = "active"
+	// UniqueHoldPending: a pending job holds its key until its first attempt
+	// starts (leased mode) or ends (held mode, whose claim commits with the
+	// outcome); a job waiting for a retry no longer holds it.
+	UniqueHoldPending UniqueHold = "pending"
+	// UniqueHoldSucceeded: pending, running and succeeded jobs hold it; a
+	// succeeded job keeps it until retention deletes the job. A failed or
+	// cancelled job frees it.
+	UniqueHoldSucceeded UniqueHold = "succeeded"
+)
 
 // EnqueueResult is the outcome of enqueuing one job.
 type EnqueueResult struct {
 	ID int64
-	// Duplicate is true when UniqueKey matched an unfinished job; ID is that
-	// job's id and nothing was written.
+	// Duplicate is true when UniqueKey was held; ID is the holder's id and
+	// nothing was written.
 	Duplicate bool
+	// HeldUntil is, for a duplicate whose key is held for a UniquePeriod,
+	// when that period ends; zero otherwise.
+	HeldUntil time.Time
 }
 
 // Job is a claimed job, as a handler sees it.
@@ -97,6 +141,8 @@ type Job struct {
 	UniqueKey   string
 	// LastError is the previous attempt's error, if any.
 	LastError string
+	// Metadata is NewJob.Metadata as enqueued (nil when none).
+	Metadata map[string]string
 }
 
 // ValidateQueue checks a queue name.
@@ -145,6 +191,10 @@ type prepared struct {
 	delayMicros int64
 	maxAttempts int32
 	uniqueKey   *string
+	// The key's scope, hold and period; nil for the defaults.
+	uniqueScope, uniqueHold *string
+	uniquePeriod            *time.Duration
+	metadata                []byte // JSON object; nil: none
 }
 
 func (c *Client) prepare(i int, j NewJob) (prepared, error) {
@@ -196,6 +246,47 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 		}
 		uk := j.UniqueKey
 		p.uniqueKey = &uk
+	}
+	if len(j.Metadata) > 0 {
+		if p.metadata, err = json.Marshal(j.Metadata); err != nil {
+			return fail("metadata", err)
+		}
+	}
+	return prepareUnique(p, j, fail)
+}
+
+// prepareUnique checks a job's unique scope, hold and period.
+func prepareUnique(p prepared, j NewJob, fail func(string, error) (prepared, error)) (prepared, error) {
+	if j.UniqueScope == "" && j.UniqueHold == "" && j.UniquePeriod == 0 {
+		return p, nil
+	}
+	if j.UniqueKey == "" {
+		return fail("unique_key", fmt.Errorf("%w: a unique scope, hold or period needs a unique key", ErrInvalidUniqueKey))
+	}
+	switch j.UniqueScope {
+	case "", UniqueByKind:
+	case UniqueByQueue:
+		s := string(UniqueByQueue)
+		p.uniqueScope = &s
+	default:
+		return fail("unique_scope", fmt.Errorf("%w: scope %q: use %q or %q", ErrInvalidUniqueKey, j.UniqueScope, UniqueByKind, UniqueByQueue))
+	}
+	switch {
+	case j.UniquePeriod < 0:
+		return fail("unique_period", fmt.Errorf("%w: negative period %s", ErrInvalidUniqueKey, j.UniquePeriod))
+	case j.UniquePeriod > 0 && j.UniqueHold != "":
+		return fail("unique_period", fmt.Errorf("%w: a period holds the key for the period: it cannot be combined with hold %q", ErrInvalidUniqueKey, j.UniqueHold))
+	case j.UniquePeriod > 0:
+		d := j.UniquePeriod
+		p.uniquePeriod = &d
+	}
+	switch j.UniqueHold {
+	case "", UniqueHoldActive:
+	case UniqueHoldPending, UniqueHoldSucceeded:
+		h := string(j.UniqueHold)
+		p.uniqueHold = &h
+	default:
+		return fail("unique_hold", fmt.Errorf("%w: hold %q: use %q, %q or %q", ErrInvalidUniqueKey, j.UniqueHold, UniqueHoldActive, UniqueHoldPending, UniqueHoldSucceeded))
 	}
 	return p, nil
 }

@@ -75,7 +75,7 @@ func TestLeasedJobHoldsNoTransaction(t *testing.T) {
 	close(release)
 	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID) == 1 })
 	require.Equal(t, 1, e.effectCounts()[r.ID])
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
 
@@ -139,7 +139,7 @@ func TestLeasedJobOfAKilledProcessIsRescued(t *testing.T) {
 	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, r.ID) == 1 })
 	require.Equal(t, 1, e.count(`id = $1 AND attempts = 2 AND last_error LIKE 'lease expired%'`, r.ID))
 	require.Equal(t, 1, e.effectCounts()[r.ID], "effects through the completion transaction")
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
 	require.Equal(t, 1.0, rescuer.metric("pgwake_worker_leases_rescued_total", nil))
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
@@ -183,7 +183,7 @@ func TestCancelRunningLeasedJob(t *testing.T) {
 		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "lease_lost"}) == 1
 	})
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled' AND attempts = 1`, r.ID))
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}, e.eventTypes(r.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}, e.eventTypes(r.ID))
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
 
@@ -260,6 +260,6 @@ func TestStalledLeasedWorkerCannotCompleteARescuedJob(t *testing.T) {
 	time.Sleep(time.Second)
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 2 AND last_error LIKE 'lease expired%'`, r.ID))
 	require.Equal(t, 1, e.effectCounts()[r.ID], "only the rescuer's completion committed its writes")
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }

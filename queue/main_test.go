@@ -123,7 +123,7 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 	t.Helper()
 	ctx := context.Background()
 	type st struct {
-		state    string
+		state    queue.JobState
 		attempts int
 	}
 	// One snapshot for both tables: workers may still be running.
@@ -146,7 +146,7 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64
-		var typ string
+		var typ queue.EventType
 		var attempt int
 		require.NoError(t, rows.Scan(&id, &typ, &attempt))
 		s, seen := fromEvents[id]
@@ -155,8 +155,8 @@ func checkEventsMatchJobs(t *testing.T, pool *pgxpool.Pool, schema string) {
 		} else {
 			require.True(t, seen, "job %d has %s before enqueued", id, typ)
 		}
-		state, ok := queue.StateAfter(typ)
-		require.True(t, ok, "unknown event type %q", typ)
+		state, ok := queue.Next(s.state, typ)
+		require.True(t, ok, "job %d: %q after %q is not in the transition table", id, typ, s.state)
 		s.state = state
 		s.attempts = attempt
 		fromEvents[id] = s

@@ -89,9 +89,9 @@ func TestHandlerOutcomeControls(t *testing.T) {
 				require.GreaterOrEqual(t, at[1].Sub(at[0]), 300*time.Millisecond)
 				require.Equal(t, 1, e.count(`id = $1 AND attempts = 1 AND last_error IS NULL`, res.ID))
 				require.Equal(t, 1, e.effectCounts()[res.ID], "the snoozed attempt's writes rolled back")
-				want := []string{queue.EventEnqueued, queue.EventSnoozed, queue.EventSucceeded}
+				want := []queue.EventType{queue.EventEnqueued, queue.EventSnoozed, queue.EventSucceeded}
 				if mode.leased {
-					want = []string{queue.EventEnqueued, queue.EventStarted, queue.EventSnoozed, queue.EventStarted, queue.EventSucceeded}
+					want = []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventSnoozed, queue.EventStarted, queue.EventSucceeded}
 				}
 				require.Equal(t, want, e.eventTypes(res.ID))
 				require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM `+e.table("events")+` WHERE job_id = $1 AND type = 'snoozed'
@@ -112,9 +112,9 @@ func TestHandlerOutcomeControls(t *testing.T) {
 				require.Equal(t, 1, e.count(`id = $1 AND attempts = 1 AND finished_at IS NOT NULL AND last_error LIKE '%customer deleted%'`, res.ID))
 				time.Sleep(200 * time.Millisecond)
 				require.Len(t, r.of(res.ID), 1, "not retried")
-				want := []string{queue.EventEnqueued, queue.EventCancelled}
+				want := []queue.EventType{queue.EventEnqueued, queue.EventCancelled}
 				if mode.leased {
-					want = []string{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}
+					want = []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}
 				}
 				require.Equal(t, want, e.eventTypes(res.ID))
 				waitFor(t, 10*time.Second, "outcome counted", func() bool {
@@ -241,7 +241,7 @@ func TestCancelRunningHeldJob(t *testing.T) {
 		t.Fatal("the running handler was not cancelled")
 	}
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled' AND attempts = 1 AND last_error LIKE '%Client.Cancel%'`, res.ID))
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(res.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventCancelled}, e.eventTypes(res.ID))
 	require.Zero(t, e.effectCounts()[res.ID], "the handler's writes rolled back")
 	// Counted once the worker's commit returned, which may be after Cancel's.
 	waitFor(t, 10*time.Second, "outcome counted", func() bool {
@@ -285,5 +285,5 @@ func TestCancelWaitsForAWorkerThatMissesTheNotification(t *testing.T) {
 	require.ErrorIs(t, err, queue.ErrNotFound, "the attempt ended first, and succeeded")
 	require.GreaterOrEqual(t, time.Since(asked), work/2, "Cancel waited for the attempt")
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, res.ID))
-	require.Equal(t, []string{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(res.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(res.ID))
 }

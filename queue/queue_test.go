@@ -240,9 +240,9 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 	// Events: enqueued, retry_scheduled x2 with run_after = at + backoff, failed.
 	rows, err := e.pool.Query(ctx, `SELECT type, attempt, extract(epoch FROM (data->>'run_after')::timestamptz - at) FROM `+e.table("events")+` WHERE job_id = $1 ORDER BY id`, res.ID)
 	require.NoError(t, err)
-	var types []string
+	var types []queue.EventType
 	for rows.Next() {
-		var typ string
+		var typ queue.EventType
 		var att int
 		var gap *float64
 		require.NoError(t, rows.Scan(&typ, &att, &gap))
@@ -254,7 +254,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"enqueued", "retry_scheduled", "retry_scheduled", "failed"}, types)
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventRetryScheduled, queue.EventRetryScheduled, queue.EventFailed}, types)
 	require.Equal(t, 2.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "retry"}))
 	require.Equal(t, 1.0, e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "failed"}))
 	checkEventsMatchJobs(t, e.pool, e.schema)

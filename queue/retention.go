@@ -79,11 +79,11 @@ func (r Retention) keepsAll() bool { return r.Succeeded < 0 && r.Cancelled < 0 &
 // the server (a role's statement_timeout, SQLSTATE 57014) is retried at
 // half its size, down to one job, so retention still makes progress on a
 // slow or busy server; the size grows back after each full batch.
-func (c *Client) DeleteFinished(ctx context.Context, r Retention) (map[string]int64, error) {
+func (c *Client) DeleteFinished(ctx context.Context, r Retention) (map[JobState]int64, error) {
 	r = r.withDefaults()
-	out := map[string]int64{}
+	out := map[JobState]int64{}
 	for _, st := range []struct {
-		state string
+		state JobState
 		keep  time.Duration
 	}{{StateSucceeded, r.Succeeded}, {StateCancelled, r.Cancelled}, {StateFailed, r.Failed}} {
 		if st.keep < 0 {
@@ -97,6 +97,11 @@ func (c *Client) DeleteFinished(ctx context.Context, r Retention) (map[string]in
 			return out, fmt.Errorf("queue: delete finished %s jobs: %w", st.state, err)
 		}
 	}
+	// Unique keys held for a period that has passed (docs/unique.md): the
+	// next enqueue would take them over anyway; this keeps the table small.
+	if _, err := c.inBatches(ctx, c.sql.deleteUniquePeriods); err != nil {
+		return out, fmt.Errorf("queue: delete expired unique periods: %w", err)
+	}
 	return out, nil
 }
 
@@ -106,11 +111,17 @@ const sqlstateQueryCanceled = "57014"
 
 // deleteExpired deletes the jobs of state that finished more than keep ago,
 // in batches of at most deleteBatch, halving a batch the server cancelled.
-func (c *Client) deleteExpired(ctx context.Context, state string, keep time.Duration) (int64, error) {
+func (c *Client) deleteExpired(ctx context.Context, state JobState, keep time.Duration) (int64, error) {
+	return c.inBatches(ctx, c.sql.deleteFinished, state, float64(keep.Microseconds()))
+}
+
+// inBatches runs the delete stmt (args, then the batch size) until a batch
+// deletes fewer rows than its size, halving a batch the server cancelled.
+func (c *Client) inBatches(ctx context.Context, stmt string, args ...any) (int64, error) {
 	var total int64
 	size := deleteBatch
 	for {
-		tag, err := c.pool.Exec(ctx, c.sql.deleteFinished, state, float64(keep.Microseconds()), size)
+		tag, err := c.pool.Exec(ctx, stmt, append(args, size)...)
 		if err != nil {
 			var pe *pgconn.PgError
 			if ctx.Err() == nil && size > 1 && errors.As(err, &pe) && pe.Code == sqlstateQueryCanceled {
@@ -137,7 +148,7 @@ func (c *Client) cleaner(ctx context.Context) {
 	every(ctx, r.Interval, func() {
 		n, err := c.DeleteFinished(ctx, r)
 		for state, k := range n {
-			c.metrics.deleted.WithLabelValues(state).Add(float64(k))
+			c.metrics.deleted.WithLabelValues(string(state)).Add(float64(k))
 		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("deleting finished jobs failed", zap.Error(err))

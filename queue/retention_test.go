@@ -14,7 +14,7 @@ import (
 
 // finishedEnv runs three jobs to success, two to failure and cancels one;
 // one delayed job stays pending. It returns their ids by what became of them.
-func finishedEnv(t *testing.T, cfg queue.Config) (*env, map[string][]int64) {
+func finishedEnv(t *testing.T, cfg queue.Config) (*env, map[queue.JobState][]int64) {
 	t.Helper()
 	cfg.Queues = map[string]queue.QueueConfig{"default": {}}
 	cfg.Handlers = map[string]queue.Handler{
@@ -23,8 +23,8 @@ func finishedEnv(t *testing.T, cfg queue.Config) (*env, map[string][]int64) {
 	}
 	e := newEnv(t, cfg)
 	ctx := context.Background()
-	ids := map[string][]int64{}
-	add := func(what string, j queue.NewJob) {
+	ids := map[queue.JobState][]int64{}
+	add := func(what queue.JobState, j queue.NewJob) {
 		r, err := e.c.Enqueue(ctx, j)
 		require.NoError(t, err)
 		ids[what] = append(ids[what], r.ID)
@@ -73,7 +73,7 @@ func TestDeleteFinishedKeepsWhatRetentionKeeps(t *testing.T) {
 
 	n, err := e.c.DeleteFinished(ctx, queue.Retention{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{queue.StateSucceeded: 1, queue.StateCancelled: 1, queue.StateFailed: 1}, n)
+	require.Equal(t, map[queue.JobState]int64{queue.StateSucceeded: 1, queue.StateCancelled: 1, queue.StateFailed: 1}, n)
 	for _, id := range []int64{s[0], c[0], f[1]} {
 		require.False(t, e.exists(id), "job %d expired", id)
 	}
@@ -86,7 +86,7 @@ func TestDeleteFinishedKeepsWhatRetentionKeeps(t *testing.T) {
 	e.age(s[1], 30*day)
 	n, err = e.c.DeleteFinished(ctx, queue.Retention{Succeeded: -1, Failed: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{queue.StateFailed: 1}, n)
+	require.Equal(t, map[queue.JobState]int64{queue.StateFailed: 1}, n)
 	require.True(t, e.exists(s[1]))
 	require.False(t, e.exists(f[0]))
 	n, err = e.c.DeleteFinished(ctx, queue.Retention{Succeeded: -1, Cancelled: -1, Failed: -1})
@@ -108,7 +108,7 @@ func TestRunDeletesExpiredJobs(t *testing.T) {
 	require.Equal(t, 4, e.count(`true`), "failed, cancelled and pending jobs are not due for deletion")
 	// The counter moves after the delete has committed.
 	deleted := func() float64 {
-		return e.metric("pgwake_queue_jobs_deleted_total", map[string]string{"state": queue.StateSucceeded})
+		return e.metric("pgwake_queue_jobs_deleted_total", map[string]string{"state": string(queue.StateSucceeded)})
 	}
 	waitFor(t, 5*time.Second, "deletions counted", func() bool { return deleted() >= 3 })
 	require.Equal(t, 3.0, deleted())

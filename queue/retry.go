@@ -73,13 +73,18 @@ func (e *outcomeError) Error() string {
 
 func (e *outcomeError) Unwrap() error { return e.err }
 
-// retryDecision is what a failed attempt leads to: the job's next state, the
-// event that records it and, when it is pending again, the delay before it
-// is due.
+// retryDecision is what a failed attempt leads to: the event that records it
+// (the job's next state follows from it: StateAfter) and, when it is pending
+// again, the delay before it is due.
 type retryDecision struct {
-	state string
-	event string
+	event EventType
 	delay time.Duration
+}
+
+// state is the state the decision leaves the job in, from the transition table.
+func (d retryDecision) state() JobState {
+	s, _ := StateAfter(d.event)
+	return s
 }
 
 // decide applies the handler's explicit outcome (Snooze, Cancel,
@@ -91,13 +96,13 @@ func (c *Client) decide(j *Job, herr error) retryDecision {
 	if errors.As(herr, &oe) {
 		switch oe.kind {
 		case outcomeSnooze:
-			return retryDecision{state: StatePending, event: EventSnoozed, delay: oe.delay}
+			return retryDecision{event: EventSnoozed, delay: oe.delay}
 		case outcomeCancel:
-			return retryDecision{state: StateCancelled, event: EventCancelled}
+			return retryDecision{event: EventCancelled}
 		}
 	}
 	if j.Attempt >= j.MaxAttempts {
-		return retryDecision{state: StateFailed, event: EventFailed}
+		return retryDecision{event: EventFailed}
 	}
 	var d time.Duration
 	switch policy := c.cfg.RetryPolicies[j.Kind]; {
@@ -106,10 +111,10 @@ func (c *Client) decide(j *Job, herr error) retryDecision {
 	case policy != nil:
 		d = policy(j, herr)
 		if d < 0 {
-			return retryDecision{state: StateFailed, event: EventFailed}
+			return retryDecision{event: EventFailed}
 		}
 	default:
 		d = max(c.cfg.Backoff(j.Attempt), 0)
 	}
-	return retryDecision{state: StatePending, event: EventRetryScheduled, delay: d}
+	return retryDecision{event: EventRetryScheduled, delay: d}
 }

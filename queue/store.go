@@ -8,11 +8,13 @@ import "github.com/pgwake/pgwake/internal/sqlident"
 // text), so no function or operator a role creates on the search path can
 // match better than the built-in one.
 type statements struct {
-	// enqueue calls the SQL API's enqueue_jobs (migration 0008, the one
-	// implementation of enqueue): $1 kinds, $2 payloads, $3 queues, $4
-	// run_after, $5 delays, $6 priorities, $7 max attempts, $8 unique keys
-	// (arrays, one element per job). Row: the ids and duplicate flags, in
-	// input order.
+	// enqueue calls the SQL API's enqueue_jobs (migrations 0008 and 0014,
+	// the one implementation of enqueue): $1 kinds, $2 payloads, $3 queues,
+	// $4 run_after, $5 delays, $6 priorities, $7 max attempts, $8 unique
+	// keys, $9 unique scopes, $10 unique holds, $11 unique periods, $12
+	// metadata (arrays, one element per job; $9-$12 NULL unless a job sets
+	// one). Row: the ids,
+	// duplicate flags and period ends, in input order.
 	enqueue string
 	// claim locks due jobs of queue $1 that have no attempt record: up to
 	// $2 held jobs ($3: kinds that run alone) or $5 leased ones ($4: leased
@@ -84,6 +86,9 @@ type statements struct {
 	// deleteFinished deletes up to $3 jobs of state $1 that finished more
 	// than $2 µs ago.
 	deleteFinished string
+	// deleteUniquePeriods deletes up to $1 unique_periods rows whose period
+	// has passed.
+	deleteUniquePeriods string
 
 	// periodic and pause are the statements of periodic schedules and
 	// paused queues (store_periodic.go).
@@ -103,7 +108,7 @@ func stateIs(col, state string) string { return "(" + col + " = '" + state + "')
 // claimCols are the columns every claim returns, in claimedJob's scan order.
 const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.run_after, j.created_at,
 	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
-	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8`
+	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8, j.metadata::text`
 
 // tables are the quoted names statements are built with.
 type tables struct {
@@ -133,8 +138,8 @@ func newStatements(schema string) statements {
 // enqueueStatements: enqueue, through the SQL API. Exact argument types:
 // no overload a role creates elsewhere matches better.
 func (s *statements) enqueueStatements(t tables) {
-	s.enqueue = `SELECT e.ids, e.duplicates FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
-	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer) e`
+	s.enqueue = `SELECT e.ids, e.duplicates, e.held_until FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
+	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[], $12::jsonb[]) e`
 }
 
 // claimStatements: jobs and attempts: claims.
@@ -274,10 +279,19 @@ ON CONFLICT (queue, client_id) DO UPDATE SET heartbeat_at = now()`
 	s.idleBarrier = `SELECT pg_catalog.pg_try_advisory_xact_lock(` + sqlident.Quote(t.schema, "wake_lock_key") + `($1::text))`
 }
 
-// retentionStatements: jobs: retention.
+// retentionStatements: jobs and unique_periods: retention.
 func (s *statements) retentionStatements(t tables) {
 	jobs := t.jobs
 	s.deleteFinished = deleteFinishedSQL(jobs)
+	periods := sqlident.Quote(t.schema, "unique_periods")
+	s.deleteUniquePeriods = `
+DELETE FROM ` + periods + ` u
+WHERE u.slot = ANY(ARRAY(
+	SELECT slot FROM ` + periods + `
+	WHERE held_until < now()
+	ORDER BY held_until
+	LIMIT $1::int
+	FOR UPDATE SKIP LOCKED))`
 }
 
 // claimableSQL is the condition every normal claim puts on a job: pending,

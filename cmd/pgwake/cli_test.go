@@ -417,7 +417,7 @@ func TestEnqueue(t *testing.T) {
 	r = pgwake(t, "", "enqueue", "--schema", schema, "--kind", "u", "--unique-key", "key-1")
 	require.Equal(t, 0, r.code)
 	require.Equal(t, fmt.Sprintf("%d\n", first), r.stdout)
-	require.Contains(t, r.stderr, "matched a pending job's unique key")
+	require.Contains(t, r.stderr, "jobs' unique keys were held")
 
 	// Bad input is a usage error naming the problem.
 	for _, tc := range []struct {

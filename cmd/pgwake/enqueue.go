@@ -20,17 +20,23 @@ func init() {
 		summary: "add a job (or, with --batch, many from JSON lines on stdin) and print its id",
 		usage: `Usage: pgwake enqueue --kind KIND [--queue Q] [--payload JSON | --payload-file F | -]
                       [--delay D | --run-after TIME] [--priority P] [--max-attempts N]
-                      [--unique-key K]
+                      [--unique-key K [--unique-scope kind|queue]
+                       [--unique-hold active|pending|succeeded | --unique-period D]]
        pgwake enqueue --batch [defaults as flags] < jobs.jsonl
 
 Enqueues one job and prints its id. The payload is JSON: --payload, a file
 (--payload-file, "-" for stdin) or stdin when the last argument is "-";
-default {}. With --unique-key, enqueuing while a job with the same key is
-still pending prints that job's id and writes nothing.
+default {}. With --unique-key, enqueuing while the key is held prints the
+holder's id and writes nothing. A key is unique per kind (--unique-scope
+queue: per queue) and held while its job is pending or running (--unique-hold
+pending: until its first attempt; succeeded: also after it succeeded;
+--unique-period D: for D after the enqueue, whatever becomes of the job).
+See docs/unique.md.
 
 With --batch, every non-empty line of stdin is one job as a JSON object:
   {"kind":"email","queue":"default","payload":{"to":"a@b.c"},"priority":0,
-   "delay":"30s","run_after":"2030-01-01T00:00:00Z","max_attempts":5,"unique_key":"k"}
+   "delay":"30s","run_after":"2030-01-01T00:00:00Z","max_attempts":5,"unique_key":"k",
+   "unique_scope":"kind","unique_hold":"active","unique_period":"10m"}
 Only "kind" is required (or --kind); fields missing from a line take the
 flags' values. All lines go in one transaction with one NOTIFY per queue;
 ids are printed one per line, in input order.
@@ -53,6 +59,10 @@ type batchLine struct {
 	RunAfter    *time.Time      `json:"run_after"`
 	MaxAttempts *int            `json:"max_attempts"`
 	UniqueKey   *string         `json:"unique_key"`
+	UniqueScope *string         `json:"unique_scope"`
+	UniqueHold  *string         `json:"unique_hold"`
+	// UniquePeriod is a Go duration, e.g. "10m".
+	UniquePeriod *string `json:"unique_period"`
 }
 
 func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
@@ -66,7 +76,10 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		runAfter    = fs.String("run-after", "", "run the job at this time (RFC 3339, e.g. 2030-01-02T15:04:05Z)")
 		priority    = fs.Int("priority", 0, "lower runs first, -32768..32767")
 		maxAttempts = fs.Int("max-attempts", 5, "attempts before the job is marked failed")
-		uniqueKey   = fs.String("unique-key", "", "deduplicate: while a pending job has this key, return its id instead")
+		uniqueKey   = fs.String("unique-key", "", "deduplicate: while a job holds this key, return its id instead")
+		uniqueScope = fs.String("unique-scope", "", "what the unique key is unique within: kind (default) or queue")
+		uniqueHold  = fs.String("unique-hold", "", "which jobs hold the key: active (pending or running, default), pending (until its first attempt) or succeeded (also after success)")
+		uniquePer   = fs.Duration("unique-period", 0, "hold the key for this long after the enqueue, whatever becomes of the job (debounce), e.g. 10m")
 		batch       = fs.Bool("batch", false, "read many jobs as JSON lines from stdin")
 	)
 	if err := env.parse(fs, args); err != nil {
@@ -94,7 +107,8 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("--delay %s is negative", *delay)
 	}
 	base := queue.NewJob{Queue: *queueName, Kind: *kind, Priority: *priority, Delay: *delay,
-		RunAfter: at, MaxAttempts: *maxAttempts, UniqueKey: *uniqueKey}
+		RunAfter: at, MaxAttempts: *maxAttempts, UniqueKey: *uniqueKey,
+		UniqueScope: queue.UniqueScope(*uniqueScope), UniqueHold: queue.UniqueHold(*uniqueHold), UniquePeriod: *uniquePer}
 
 	var jobs []queue.NewJob
 	if *batch {
@@ -177,7 +191,12 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if dups > 0 {
-		fmt.Fprintf(env.stderr, "pgwake enqueue: %d of %d jobs matched a pending job's unique key; printed that job's id, wrote nothing for them\n", dups, len(res))
+		fmt.Fprintf(env.stderr, "pgwake enqueue: %d of %d jobs' unique keys were held; printed the holder's id, wrote nothing for them\n", dups, len(res))
+		for i, r := range res {
+			if r.Duplicate && !r.HeldUntil.IsZero() {
+				fmt.Fprintf(env.stderr, "pgwake enqueue: job %d: key held by job %d until %s\n", i, r.ID, r.HeldUntil.UTC().Format(time.RFC3339))
+			}
+		}
 	}
 	return nil
 }
@@ -230,6 +249,19 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 		}
 		if l.UniqueKey != nil {
 			j.UniqueKey = *l.UniqueKey
+		}
+		if l.UniqueScope != nil {
+			j.UniqueScope = queue.UniqueScope(*l.UniqueScope)
+		}
+		if l.UniqueHold != nil {
+			j.UniqueHold = queue.UniqueHold(*l.UniqueHold)
+		}
+		if l.UniquePeriod != nil {
+			d, err := time.ParseDuration(*l.UniquePeriod)
+			if err != nil || d <= 0 {
+				return nil, usagef("--batch line %d: unique_period %q is not a positive duration like \"10m\"", line, *l.UniquePeriod)
+			}
+			j.UniquePeriod = d
 		}
 		jobs = append(jobs, j)
 	}

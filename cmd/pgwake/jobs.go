@@ -35,7 +35,8 @@ show    one job with its payload and full event history (of a job deleted
         by retention, the history alone).
 retry   puts failed jobs back to pending, due now (a "retried" event each);
         their attempts are kept and max attempts grows if needed so they run
-        at least once more.
+        at least once more. A job whose unique key another job holds now is
+        reported and skipped; the others are retried (exit status 1).
 cancel  marks pending jobs cancelled (a "cancelled" event each). A job whose
         handler is running now is cancelled when that attempt ends, if it is
         still pending then; cancel waits for that.
@@ -114,7 +115,13 @@ type eventRow struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-var validStates = []string{queue.StatePending, queue.StateRunning, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}
+var validStates = func() []string {
+	var out []string
+	for _, s := range queue.States() {
+		out = append(out, string(s))
+	}
+	return out
+}()
 
 const jobColumns = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at, coalesce(unique_key, ''), coalesce(last_error, '')`
 
@@ -339,7 +346,7 @@ WHERE state = 'failed' AND ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) OR
 			return nil
 		}
 	}
-	var missed []string
+	var missed, held []string
 	done := 0
 	for _, id := range ids {
 		var err error
@@ -354,9 +361,20 @@ WHERE state = 'failed' AND ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) OR
 			fmt.Fprintf(env.stdout, "%s %d\n", map[bool]string{true: "retried", false: "cancelled"}[retry], id)
 		case errors.Is(err, queue.ErrNotFound):
 			missed = append(missed, strconv.FormatInt(id, 10))
+		case errors.Is(err, queue.ErrUniqueKeyHeld):
+			// Reported and skipped: the others are still retried.
+			fmt.Fprintf(env.stderr, "pgwake jobs retry: skipped job %d: %v\n", id, err)
+			held = append(held, strconv.FormatInt(id, 10))
 		default:
 			return explainSchemaError(err, env.schema)
 		}
+	}
+	if len(held) > 0 && len(missed) == 0 {
+		return fmt.Errorf("could not retry job(s) %s: their unique keys are held by other jobs (see above); %d other(s) done",
+			strings.Join(held, ", "), done)
+	}
+	if len(held) > 0 {
+		missed = append(missed, held...)
 	}
 	if len(missed) > 0 {
 		want := "pending"

@@ -151,7 +151,7 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	require.Positive(t, succeeded)
 	deleted, err := c.DeleteFinished(ctx, queue.Retention{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{queue.StateSucceeded: int64(succeeded)}, deleted)
+	require.Equal(t, map[queue.JobState]int64{queue.StateSucceeded: int64(succeeded)}, deleted)
 	// The operator prunes too (jobs prune, events prune).
 	_, err = op.DeleteFinished(ctx, queue.Retention{Cancelled: time.Nanosecond})
 	require.NoError(t, err)

@@ -480,7 +480,8 @@ func (w *world) check(name string, n int, exactAttempts bool, faults int, prod *
 
 	type job struct {
 		id                  int64
-		key, state, kind    string
+		key, kind           string
+		state               queue.JobState
 		attempts, maxAtt    int
 		finished            *time.Time
 		payload             []byte
@@ -636,35 +637,29 @@ func (w *world) check(name string, n int, exactAttempts bool, faults int, prod *
 }
 
 type ev struct {
-	typ     string
+	typ     queue.EventType
 	attempt int
 }
 
-// eventsAgree replays a job's events and compares the outcome with its row:
-// enqueued first, each later event one attempt further, ending in the row's
-// state and attempts. Returns "" when they agree.
-func eventsAgree(evs []ev, state string, attempts int) string {
+// eventsAgree replays a job's events through the transition table and
+// compares the outcome with its row: enqueued first, each later event a
+// transition of the table and one attempt further (this workload neither
+// snoozes nor leases), ending in the row's state and attempts. Returns ""
+// when they agree.
+func eventsAgree(evs []ev, state queue.JobState, attempts int) string {
 	if len(evs) == 0 || evs[0].typ != queue.EventEnqueued || evs[0].attempt != 0 {
 		return fmt.Sprintf("events do not start with enqueued: %v", evs)
 	}
 	cur, at := queue.StatePending, 0
 	for _, e := range evs[1:] {
-		if cur != queue.StatePending {
+		next, ok := queue.Next(cur, e.typ)
+		if !ok {
 			return fmt.Sprintf("%s event after the job was %s: %v", e.typ, cur, evs)
 		}
 		if e.attempt != at+1 {
 			return fmt.Sprintf("%s event for attempt %d after attempt %d: %v", e.typ, e.attempt, at, evs)
 		}
-		at = e.attempt
-		switch e.typ {
-		case queue.EventRetryScheduled:
-		case queue.EventSucceeded:
-			cur = queue.StateSucceeded
-		case queue.EventFailed:
-			cur = queue.StateFailed
-		default:
-			return fmt.Sprintf("unexpected event %s: %v", e.typ, evs)
-		}
+		cur, at = next, e.attempt
 	}
 	if cur != state || at != attempts {
 		return fmt.Sprintf("events say %s after %d attempts, the row %s after %d", cur, at, state, attempts)

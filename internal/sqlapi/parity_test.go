@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -29,10 +30,15 @@ var parityCases = []queue.NewJob{
 	{Kind: "d", Delay: 90 * time.Second},
 	{Kind: "e", RunAfter: runAt},
 	{Kind: "f", UniqueKey: "k1"},
-	{Kind: "f-again", UniqueKey: "k1"}, // held by "f": its id, nothing written
+	{Kind: "f", Queue: "q1", UniqueKey: "k1"}, // held by the "f" before (scoped by kind): its id, nothing written
+	{Kind: "f-again", UniqueKey: "k1"},        // another kind: its own key space
 	{Kind: "g", Payload: json.RawMessage(`[1, "two", null]`)},
 	{Kind: "h", RunAfter: runAt, Delay: 5 * time.Second}, // run_after wins
 	{Kind: "i", Queue: "q1", Priority: 32767, MaxAttempts: 1, UniqueKey: "k2", Delay: time.Millisecond},
+	{Kind: "j", UniqueKey: "k3", UniqueScope: queue.UniqueByQueue, UniqueHold: queue.UniqueHoldSucceeded},
+	{Kind: "l", UniqueKey: "k4", UniqueHold: queue.UniqueHoldPending},
+	{Kind: "m", UniqueKey: "k5", UniquePeriod: time.Minute},
+	{Kind: "n", Metadata: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
 }
 
 // sqlArgs renders a job as enqueue's named arguments, only those it sets
@@ -64,6 +70,18 @@ func sqlArgs(j queue.NewJob) (string, []any) {
 	}
 	if j.UniqueKey != "" {
 		add("unique_key", "text", j.UniqueKey)
+	}
+	if j.UniqueScope != "" {
+		add("unique_scope", "text", string(j.UniqueScope))
+	}
+	if j.UniqueHold != "" {
+		add("unique_hold", "text", string(j.UniqueHold))
+	}
+	if j.UniquePeriod != 0 {
+		add("unique_period", "interval", j.UniquePeriod)
+	}
+	if j.Metadata != nil {
+		add("metadata", "jsonb", j.Metadata)
 	}
 	s := "$1::text"
 	if len(names) > 0 {
@@ -109,6 +127,18 @@ func manyJSON(jobs []queue.NewJob) string {
 		if j.UniqueKey != "" {
 			m["unique_key"] = j.UniqueKey
 		}
+		if j.UniqueScope != "" {
+			m["unique_scope"] = j.UniqueScope
+		}
+		if j.UniqueHold != "" {
+			m["unique_hold"] = j.UniqueHold
+		}
+		if j.UniquePeriod != 0 {
+			m["unique_period"] = j.UniquePeriod.Seconds()
+		}
+		if j.Metadata != nil {
+			m["metadata"] = j.Metadata
+		}
 		out = append(out, m)
 	}
 	b, err := json.Marshal(out)
@@ -123,9 +153,9 @@ func manyJSON(jobs []queue.NewJob) string {
 func (w *world) snapshot() []string {
 	w.t.Helper()
 	rows, err := w.admin.Query(context.Background(), `
-SELECT pg_catalog.format('job #%s queue=%s kind=%s payload=%s priority=%s state=%s attempts=%s max_attempts=%s unique_key=%s last_error=%s finished=%s run_after=%s',
+SELECT pg_catalog.format('job #%s queue=%s kind=%s payload=%s priority=%s state=%s attempts=%s max_attempts=%s unique_key=%s unique_scope=%s unique_hold=%s metadata=%s last_error=%s finished=%s run_after=%s',
 	pg_catalog.row_number() OVER (ORDER BY j.id), j.queue, j.kind, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts,
-	coalesce(j.unique_key, '-'), coalesce(j.last_error, '-'), j.finished_at IS NOT NULL,
+	coalesce(j.unique_key, '-'), coalesce(j.unique_scope, '-'), coalesce(j.unique_hold, '-'), coalesce(j.metadata::text, '-'), coalesce(j.last_error, '-'), j.finished_at IS NOT NULL,
 	CASE WHEN j.run_after < j.created_at + interval '1 day' THEN 'now+' || (j.run_after - j.created_at)::text ELSE j.run_after::text END)
 	|| (SELECT ' events=' || pg_catalog.string_agg(pg_catalog.format('%s/%s/%s/%s/run_after_matches=%s', e.type, e.queue, e.kind, e.attempt,
 		(e.data->>'run_after')::timestamptz = j.run_after), ',' ORDER BY e.id)
@@ -215,7 +245,7 @@ func TestGoAndSQLAgree(t *testing.T) {
 	// enqueue_jobs: they agree too.
 	single, many := goSnap[:len(goSnap)/2], goSnap[len(goSnap)/2:]
 	for i := range single {
-		s := strings.Replace(strings.Replace(single[i], "unique_key=k1 ", "unique_key=k1-batch ", 1), "unique_key=k2 ", "unique_key=k2-batch ", 1)
+		s := regexp.MustCompile(`unique_key=(k\d) `).ReplaceAllString(single[i], "unique_key=$1-batch ")
 		require.Equal(t, s, strings.Replace(many[i], fmt.Sprintf("job #%d ", i+1+len(single)), fmt.Sprintf("job #%d ", i+1), 1))
 	}
 	require.Equal(t, goW.positions(goIDs), sqlW.positions(sqlIDs))

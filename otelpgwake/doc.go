@@ -1,0 +1,17 @@
+// Package otelpgwake traces pgwake jobs with OpenTelemetry: a producer span
+// around each enqueue call, whose context is stored with every job it
+// enqueues (in the job's metadata, as W3C trace context), and a consumer
+// span around each attempt's handler, a child of the enqueue span, so one
+// trace runs from the request that enqueued a job to the handler that ran
+// it, across processes and restarts.
+//
+//	client, err := queue.New(pool, queue.Config{
+//		Hooks: otelpgwake.Hooks(otelpgwake.Config{}), // the global TracerProvider
+//		...
+//	})
+//
+// The queue package does not import OpenTelemetry; this package plugs into
+// its Config.Hooks. With no TracerProvider configured (OpenTelemetry's
+// default no-op one) no span records and no metadata is written. See
+// docs/tracing.md.
+package otelpgwake

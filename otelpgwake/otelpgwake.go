@@ -1,0 +1,119 @@
+package otelpgwake
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// TracerName is the instrumentation scope of the spans.
+const TracerName = "github.com/pgwake/pgwake/otelpgwake"
+
+// Span names.
+const (
+	SpanEnqueue = "pgwake.enqueue" // producer: one Enqueue/EnqueueMany call
+	SpanWork    = "pgwake.work"    // consumer: one attempt's handler
+)
+
+// Attribute keys set on the spans.
+const (
+	AttrJobID   = attribute.Key("pgwake.job.id")
+	AttrKind    = attribute.Key("pgwake.job.kind")
+	AttrQueue   = attribute.Key("pgwake.job.queue")
+	AttrAttempt = attribute.Key("pgwake.job.attempt")
+	AttrJobs    = attribute.Key("pgwake.enqueue.jobs")
+)
+
+// Config says where spans go and how their context travels with a job.
+type Config struct {
+	// TracerProvider makes the spans. Default otel.GetTracerProvider() at
+	// the time Hooks is called.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the enqueue span's context into each job's
+	// metadata and reads it back in the worker. Default W3C trace context
+	// and baggage (propagation.TraceContext, propagation.Baggage), so
+	// producer and worker agree whatever their global propagator is.
+	Propagator propagation.TextMapPropagator
+}
+
+// Hooks returns queue.Hooks that trace enqueues and attempts.
+func Hooks(cfg Config) queue.Hooks {
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	t := &tracer{tr: cfg.TracerProvider.Tracer(TracerName), prop: cfg.Propagator}
+	return queue.Hooks{BeforeEnqueue: t.enqueue, Work: t.work}
+}
+
+type tracer struct {
+	tr   trace.Tracer
+	prop propagation.TextMapPropagator
+}
+
+var system = attribute.String("messaging.system", "pgwake")
+
+// enqueue starts the producer span and stores its context in every job.
+func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
+	ctx, span := t.tr.Start(ctx, SpanEnqueue, producer)
+	if !span.SpanContext().IsValid() {
+		return func(error) { span.End() } // a no-op provider: nothing to store
+	}
+	if span.IsRecording() {
+		span.SetAttributes(system, AttrJobs.Int(len(jobs)))
+		if len(jobs) == 1 {
+			span.SetAttributes(AttrKind.String(jobs[0].Kind), AttrQueue.String(queueOf(jobs[0])))
+		}
+	}
+	for i := range jobs {
+		carrier := propagation.MapCarrier{}
+		for k, v := range jobs[i].Metadata {
+			carrier[k] = v
+		}
+		t.prop.Inject(ctx, carrier)
+		jobs[i].Metadata = carrier
+	}
+	return func(err error) { end(span, err) }
+}
+
+// work starts the consumer span, a child of the enqueue span stored with
+// the job.
+func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
+	if len(j.Metadata) > 0 {
+		ctx = t.prop.Extract(ctx, propagation.MapCarrier(j.Metadata))
+	}
+	ctx, span := t.tr.Start(ctx, SpanWork, consumer)
+	if span.IsRecording() {
+		span.SetAttributes(system, AttrJobID.Int64(j.ID), AttrKind.String(j.Kind), AttrQueue.String(j.Queue), AttrAttempt.Int(j.Attempt))
+	}
+	return ctx, func(err error) { end(span, err) }
+}
+
+// The span kinds, as start options made once.
+var (
+	producer = trace.WithSpanKind(trace.SpanKindProducer)
+	consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
+
+func end(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+func queueOf(j queue.NewJob) string {
+	if j.Queue == "" {
+		return queue.DefaultQueue
+	}
+	return j.Queue
+}

@@ -1,0 +1,110 @@
+package otelpgwake_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pgwake/pgwake/otelpgwake"
+	"github.com/pgwake/pgwake/pgwaketest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+func TestMain(m *testing.M) { pgwaketest.Main(m) }
+
+func byName(spans []sdktrace.ReadOnlySpan, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// One trace from an HTTP-style parent span through the enqueue to the
+// handler: the worker's span is a child of the enqueue span, which is a
+// child of the request's; the handler's context carries the worker span; a
+// failed attempt's span records the error.
+func TestTraceFromRequestToHandler(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var inHandler []trace.SpanContext
+	c := pgwaketest.NewClient(t, pgwaketest.Pool(t), queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {}},
+		Hooks:  otelpgwake.Hooks(otelpgwake.Config{TracerProvider: tp}),
+		Handlers: map[string]queue.Handler{
+			"mail": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
+				inHandler = append(inHandler, trace.SpanContextFromContext(ctx))
+				if j.Attempt == 1 {
+					return errors.New("smtp down")
+				}
+				return nil
+			}),
+		},
+	})
+
+	ctx, req := tp.Tracer("http").Start(context.Background(), "POST /signup", trace.WithSpanKind(trace.SpanKindServer))
+	res, err := c.Enqueue(ctx, queue.NewJob{Kind: "mail", Payload: map[string]string{"to": "ann@example.com"}, Metadata: map[string]string{"tenant": "7"}})
+	require.NoError(t, err)
+	req.End()
+
+	// The first attempt fails (retry after the backoff); run the retry now.
+	id, ok := pgwaketest.WorkOne(t, c)
+	require.True(t, ok)
+	require.Equal(t, res.ID, id)
+	_, err = c.Pool().Exec(context.Background(), `UPDATE `+c.Schema()+`.jobs SET run_after = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, ok = pgwaketest.WorkOne(t, c)
+	require.True(t, ok)
+	pgwaketest.RequireState(t, c, id, queue.StateSucceeded)
+
+	spans := sr.Ended()
+	enq := byName(spans, otelpgwake.SpanEnqueue)
+	require.Len(t, enq, 1)
+	require.Equal(t, req.SpanContext().SpanID(), enq[0].Parent().SpanID(), "enqueue is a child of the request")
+	require.Equal(t, trace.SpanKindProducer, enq[0].SpanKind())
+	work := byName(spans, otelpgwake.SpanWork)
+	require.Len(t, work, 2, "one span per attempt")
+	for i, w := range work {
+		require.Equal(t, enq[0].SpanContext().TraceID(), w.SpanContext().TraceID(), "one trace")
+		require.Equal(t, enq[0].SpanContext().SpanID(), w.Parent().SpanID(), "the worker span is a child of the enqueue span")
+		require.True(t, w.Parent().IsRemote())
+		require.Equal(t, trace.SpanKindConsumer, w.SpanKind())
+		require.Equal(t, w.SpanContext(), inHandler[i], "the handler's context carries the worker span")
+		require.Contains(t, w.Attributes(), otelpgwake.AttrJobID.Int64(id))
+		require.Contains(t, w.Attributes(), otelpgwake.AttrAttempt.Int(i+1))
+	}
+	require.Equal(t, codes.Error, work[0].Status().Code)
+	require.Equal(t, "smtp down", work[0].Status().Description)
+	require.Equal(t, codes.Unset, work[1].Status().Code)
+
+	// The job's own metadata is kept beside the trace context.
+	var tenant string
+	require.NoError(t, c.Pool().QueryRow(context.Background(), `SELECT metadata->>'tenant' FROM `+c.Schema()+`.jobs WHERE id = $1`, id).Scan(&tenant))
+	require.Equal(t, "7", tenant)
+}
+
+// Without a recording TracerProvider nothing is written with the job.
+func TestNoProviderWritesNothing(t *testing.T) {
+	t.Parallel()
+	c := pgwaketest.NewClient(t, pgwaketest.Pool(t), queue.Config{
+		Hooks: otelpgwake.Hooks(otelpgwake.Config{TracerProvider: noop.NewTracerProvider()}),
+	})
+	res, err := c.EnqueueMany(context.Background(), []queue.NewJob{{Kind: "a"}, {Kind: "b"}})
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, c.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+c.Schema()+`.jobs WHERE metadata IS NULL AND id = ANY($1)`,
+		[]int64{res[0].ID, res[1].ID}).Scan(&n))
+	require.Equal(t, 2, n)
+}

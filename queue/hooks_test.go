@@ -1,0 +1,72 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+type ctxKey struct{}
+
+// Hooks: BeforeEnqueue sets metadata on a copy of the caller's jobs and
+// sees the call's error; Work gives the handler its context and sees the
+// handler's error, a panic included. WorkOne runs one job in the caller's
+// goroutine.
+func TestHooksAndMetadata(t *testing.T) {
+	t.Parallel()
+	var enqueueErrs, workErrs []error
+	var seen []map[string]string
+	hooks := queue.Hooks{
+		BeforeEnqueue: func(ctx context.Context, jobs []queue.NewJob) func(error) {
+			for i := range jobs {
+				m := map[string]string{"from": "hook"}
+				for k, v := range jobs[i].Metadata {
+					m[k] = v
+				}
+				jobs[i].Metadata = m
+			}
+			return func(err error) { enqueueErrs = append(enqueueErrs, err) }
+		},
+		Work: func(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
+			return context.WithValue(ctx, ctxKey{}, j.ID), func(err error) { workErrs = append(workErrs, err) }
+		},
+	}
+	h := queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
+		require.Equal(t, j.ID, ctx.Value(ctxKey{}), "the handler gets Work's context")
+		seen = append(seen, j.Metadata)
+		if j.Kind == "boom" {
+			panic("boom")
+		}
+		return nil
+	})
+	e := newEnv(t, queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "boom": h}})
+	ctx := context.Background()
+	mine := []queue.NewJob{{Kind: "ok", Metadata: map[string]string{"tenant": "7"}}, {Kind: "boom"}}
+	_, err := e.c.EnqueueMany(ctx, mine)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"tenant": "7"}, mine[0].Metadata, "the caller's jobs are not changed")
+	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "Bad Kind"})
+	require.ErrorIs(t, err, queue.ErrInvalidKind)
+	require.Len(t, enqueueErrs, 2)
+	require.NoError(t, enqueueErrs[0])
+	require.ErrorIs(t, enqueueErrs[1], queue.ErrInvalidKind, "done sees the call's error")
+
+	for range 2 {
+		_, ok, err := e.c.WorkOne(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	_, ok, err := e.c.WorkOne(ctx)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, []map[string]string{{"from": "hook", "tenant": "7"}, {"from": "hook"}}, seen)
+	require.Len(t, workErrs, 2)
+	require.NoError(t, workErrs[0])
+	var pe *queue.PanicError
+	require.True(t, errors.As(workErrs[1], &pe), "done sees a panic as *PanicError: %v", workErrs[1])
+}
