@@ -29,9 +29,9 @@ func TestDecide(t *testing.T) {
 		return &Job{Kind: kind, Attempt: attempt, MaxAttempts: maxAttempts}
 	}
 	retry := func(d time.Duration) retryDecision {
-		return retryDecision{state: StatePending, event: EventRetryScheduled, delay: d}
+		return retryDecision{event: EventRetryScheduled, delay: d}
 	}
-	failed := retryDecision{state: StateFailed, event: EventFailed}
+	failed := retryDecision{event: EventFailed}
 	for _, tc := range []struct {
 		name string
 		job  *Job
@@ -47,13 +47,13 @@ func TestDecide(t *testing.T) {
 		{"RetryAfter wins over the policy", job("partner", 1, 5), RetryAfter(7*time.Second, boom), retry(7 * time.Second)},
 		{"RetryAfter on the last attempt fails", job("email", 5, 5), RetryAfter(time.Second, boom), failed},
 		{"Snooze is pending again, even on the last attempt", job("email", 5, 5), Snooze(3 * time.Second),
-			retryDecision{state: StatePending, event: EventSnoozed, delay: 3 * time.Second}},
+			retryDecision{event: EventSnoozed, delay: 3 * time.Second}},
 		{"negative Snooze is now", job("email", 1, 5), Snooze(-time.Second),
-			retryDecision{state: StatePending, event: EventSnoozed}},
+			retryDecision{event: EventSnoozed}},
 		{"Cancel is final with attempts left", job("email", 1, 5), Cancel(boom),
-			retryDecision{state: StateCancelled, event: EventCancelled}},
+			retryDecision{event: EventCancelled}},
 		{"a wrapped outcome still counts", job("email", 1, 5), fmt.Errorf("handler: %w", Cancel(boom)),
-			retryDecision{state: StateCancelled, event: EventCancelled}},
+			retryDecision{event: EventCancelled}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -62,7 +62,13 @@ func TestDecide(t *testing.T) {
 				require.Equal(t, tc.want, c.decide(tc.job, tc.err))
 				return
 			}
-			require.Equal(t, tc.want, c.decide(tc.job, tc.err))
+			got := c.decide(tc.job, tc.err)
+			require.Equal(t, tc.want, got)
+			if tc.want.event == EventFailed || tc.want.event == EventCancelled {
+				require.NotEqual(t, StatePending, got.state())
+			} else {
+				require.Equal(t, StatePending, got.state())
+			}
 		})
 	}
 }
