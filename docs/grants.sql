@@ -36,6 +36,8 @@ GRANT USAGE ON SEQUENCE {{schema}}.jobs_id_seq, {{schema}}.events_id_seq TO {{pr
 -- wake_needed (SECURITY INVOKER) reads the salt of its lock key and looks
 -- for an idle worker; producers only read the waiters table.
 GRANT SELECT ON {{schema}}.wake_salt, {{schema}}.waiters TO {{producer_role}};
+-- Writing events looks for a live dashboard (migration 0015's trigger).
+GRANT SELECT ON {{schema}}.event_watchers TO {{producer_role}};
 GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text) TO {{producer_role}};
 -- Watermill Pub/Sub publishers fan out to the consumer groups' queues.
 GRANT SELECT ON {{schema}}.watermill_subscriptions TO {{producer_role}};
@@ -61,6 +63,8 @@ GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{worker_r
 -- worker reads which queues are paused.
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.periodic TO {{worker_role}};
 GRANT SELECT ON {{schema}}.paused_queues TO {{worker_role}};
+-- Writing events looks for a live dashboard (migration 0015's trigger).
+GRANT SELECT ON {{schema}}.event_watchers TO {{worker_role}};
 
 -- Operators.
 GRANT USAGE ON SCHEMA {{schema}} TO {{operator_role}};
@@ -77,6 +81,9 @@ GRANT SELECT, DELETE ON {{schema}}.attempts TO {{operator_role}};
 -- `pgwake periodic list`.
 GRANT SELECT, INSERT, DELETE ON {{schema}}.paused_queues TO {{operator_role}};
 GRANT SELECT ON {{schema}}.periodic TO {{operator_role}};
+-- `pgwake ui` registers itself as a watcher of the event log (a heartbeat
+-- row) so that transactions writing events NOTIFY it.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.event_watchers TO {{operator_role}};
 
 -- Event stream. The publication is created once by the table owner
 -- (events.EnsurePublication, or
