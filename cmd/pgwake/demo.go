@@ -406,7 +406,7 @@ func (d *demo) counts(ctx context.Context) (demoCounts, error) {
 	if err != nil {
 		return c, fmt.Errorf("read progress: %w", err)
 	}
-	st, err := collectStats(ctx, d.pool, d.schema)
+	st, err := collectStats(ctx, d.pool, d.schema, queue.DefaultExactLimit)
 	if err != nil {
 		return c, err
 	}
