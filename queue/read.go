@@ -219,7 +219,7 @@ func (c *Client) JobEvents(ctx context.Context, id int64) ([]EventInfo, error) {
 // above afterID, in id order. Event ids are taken at insert and commit in
 // any order: an event with a lower id than one already returned may still
 // appear later (its transaction was slower). A reader that must not miss
-// one rereads a window below its highest id (the ui package does).
+// one checks the ids it skipped with EventsByID (the ui package does).
 func (c *Client) EventsAfter(ctx context.Context, afterID int64, limit int) ([]EventInfo, error) {
 	if limit < 1 || limit > MaxJobListLimit {
 		return nil, &FilterError{Field: "limit", Reason: fmt.Sprintf("%d is not in 1..%d", limit, MaxJobListLimit)}
@@ -231,6 +231,24 @@ func (c *Client) EventsAfter(ctx context.Context, afterID int64, limit int) ([]E
 	out, err := collectEvents(rows)
 	if err != nil {
 		return nil, fmt.Errorf("queue: events after %d: %w", afterID, err)
+	}
+	return out, nil
+}
+
+// EventsByID returns the events among ids (at most MaxJobListLimit) that
+// exist, in id order: a reader of EventsAfter checks the ids it skipped,
+// whose transactions may have committed since.
+func (c *Client) EventsByID(ctx context.Context, ids []int64) ([]EventInfo, error) {
+	if len(ids) > MaxJobListLimit {
+		return nil, &FilterError{Field: "ids", Reason: fmt.Sprintf("more than %d", MaxJobListLimit)}
+	}
+	rows, err := c.pool.Query(ctx, c.sql.read.eventsByID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events by id: %w", err)
+	}
+	out, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events by id: %w", err)
 	}
 	return out, nil
 }

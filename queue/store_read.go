@@ -17,6 +17,9 @@ type readStatements struct {
 	// eventsAfter is up to $2 events with id above $1, in id order. Rows:
 	// eventCols.
 	eventsAfter string
+	// eventsByID is the events with ids among $1, in id order. Rows:
+	// eventCols.
+	eventsByID string
 	// lastEventID is the highest event id (0: none).
 	lastEventID string
 	// stats counts each queue's jobs, every count capped at $1 rows. Rows:
@@ -64,6 +67,7 @@ WHERE ($1::text = '' OR state = $1::text) AND ($2::text = '' OR queue = $2::text
 ORDER BY id DESC LIMIT $8::int`,
 		jobEvents:   `SELECT ` + eventCols + ` FROM ` + events + ` WHERE job_id = $1::bigint ORDER BY id`,
 		eventsAfter: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
+		eventsByID:  `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
 		lastEventID: `SELECT coalesce(max(id), 0) FROM ` + events,
 		stats:       statsSQL(jobs, attempts, paused),
 
