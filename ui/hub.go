@@ -31,7 +31,8 @@ const heartbeatInterval = 20 * time.Second
 // message is one server-sent event.
 type message struct {
 	event string
-	id    int64 // the resume point; 0: none sent
+	id    int64 // the resume point, sent when hasID
+	hasID bool
 	data  []byte
 	evID  int64 // a job message's event id
 }
@@ -115,6 +116,9 @@ func (h *hub) run(ctx context.Context) error {
 	_, _ = rand.Read(b[:])
 	id := "ui-" + hex.EncodeToString(b[:])
 	if err := h.client.WatchEvents(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	defer func() {
@@ -131,6 +135,9 @@ func (h *hub) run(ctx context.Context) error {
 	}
 	last, err := h.client.LastEventID(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	h.mu.Lock()
@@ -255,7 +262,7 @@ func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 		h.maxSeen = max(h.maxSeen, e.ID)
 		h.sample(e)
 		data, _ := json.Marshal(jobEventOf(e))
-		h.broadcast(message{event: "job", id: prev, data: data, evID: e.ID})
+		h.broadcast(message{event: "job", id: prev, hasID: true, data: data, evID: e.ID})
 		n++
 	}
 	// Give up skipped ids past the timeout: rolled back, or a transaction
@@ -273,7 +280,7 @@ func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 		h.low++
 	}
 	if h.low != prev {
-		h.broadcast(message{event: "mark", id: h.low, data: []byte("{}")})
+		h.broadcast(message{event: "mark", id: h.low, hasID: true, data: []byte("{}")})
 	}
 	return n
 }

@@ -49,7 +49,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	write := func(m message) bool {
-		if m.id > 0 {
+		if m.hasID {
 			_, _ = fmt.Fprintf(w, "id: %d\n", m.id)
 		}
 		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", m.event, m.data)
@@ -71,7 +71,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, e := range evs {
 				data, _ := json.Marshal(jobEventOf(e))
-				if !write(message{event: "job", id: min(e.ID, low), data: data, evID: e.ID}) {
+				if !write(message{event: "job", id: min(e.ID, low), hasID: true, data: data, evID: e.ID}) {
 					return
 				}
 				if e.ID > low {
@@ -89,9 +89,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		write(message{event: "mark", id: low, data: []byte("{}")})
-	case !resume && low > 0:
-		write(message{event: "mark", id: low, data: []byte("{}")})
+		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
+	case !resume:
+		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
 	case resume && from > low:
 		from = low // a resume point from another process or before a restart
 	}

@@ -13,8 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -127,20 +125,6 @@ func jobRowOf(j queue.JobInfo) jobRow {
 		UniqueKey: j.UniqueKey, LastError: j.LastError, Payload: j.Payload}
 }
 
-// readClient is a client on the schema for the read API.
-func (e *cliEnv) readClient(ctx context.Context) (*queue.Client, *pgxpool.Pool, error) {
-	pool, err := e.connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	client, err := queue.New(pool, queue.Config{Schema: e.schema})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return client, pool, nil
-}
-
 // timeFlag is an optional RFC 3339 time flag.
 type timeFlag struct{ t time.Time }
 
@@ -183,7 +167,7 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	params := queue.JobListParams{State: *state, Queue: *q, Kind: *kind, ErrorContains: *errText,
 		CreatedAfter: after.t, CreatedBefore: before.t, Before: *cursor, Limit: *limit}
-	client, pool, err := env.readClient(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -238,7 +222,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, pool, err := env.readClient(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
