@@ -62,7 +62,10 @@
         if (!readOnly) tr.appendChild(actionCell(q));
         tbody.appendChild(tr);
       }
-      const set = (f, v) => { const td = tr.querySelector('[data-field="' + f + '"]'); if (td && td.textContent !== v) td.textContent = v; };
+      const set = (f, v) => {
+        const td = tr.querySelector('[data-field="' + f + '"]');
+        if (td && td.textContent !== v) { td.textContent = v; td.dataset.changedAt = String(Date.now()); }
+      };
       for (const f of ["pending", "scheduled", "failed", "succeeded_last_minute"]) set(f, fmtNum(q, f));
       set("running", String(q.running));
       set("oldest", q.oldest_pending_age_seconds.toFixed(1) + "s");
@@ -141,8 +144,8 @@
 
   if (!window.EventSource) return;
   const es = new EventSource(prefix + "/events");
-  window.pgwakeStream = { lastMark: 0, jobs: [] };
-  es.onopen = () => { live.textContent = "live"; live.className = "live on"; };
+  window.pgwakeStream = { lastMark: 0, jobs: [], opens: 0 };
+  es.onopen = () => { window.pgwakeStream.opens++; live.textContent = "live"; live.className = "live on"; };
   es.onerror = () => { live.textContent = "reconnecting"; live.className = "live off"; };
   es.addEventListener("stats", (m) => applyStats(JSON.parse(m.data)));
   es.addEventListener("mark", (m) => { window.pgwakeStream.lastMark = Number(m.lastEventId); });
