@@ -127,3 +127,40 @@ func BenchmarkQueueStats(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkEnqueueEventWatchers: the cost migration 0015's trigger adds to
+// a single-job enqueue (one events insert): without the trigger (dropped),
+// with it and no watcher, and with a watcher registered (one NOTIFY per
+// transaction), in one run, from concurrent producers.
+//
+//	go test -run '^$' -bench BenchmarkEnqueueEventWatchers -benchtime 3000x -count 3 ./queue/
+func BenchmarkEnqueueEventWatchers(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.Pool(b)
+	for _, mode := range []string{"no_trigger", "no_watcher", "watcher"} {
+		b.Run(mode, func(b *testing.B) {
+			schema := pgtest.SchemaOn(b, pool)
+			_, err := migrations.Up(ctx, pool, schema)
+			require.NoError(b, err)
+			c, err := New(pool, Config{Schema: schema})
+			require.NoError(b, err)
+			switch mode {
+			case "no_trigger":
+				_, err = pool.Exec(ctx, `DROP TRIGGER events_notify_watchers ON `+sqlident.Quote(schema, "events"))
+				require.NoError(b, err)
+			case "watcher":
+				require.NoError(b, c.WatchEvents(ctx, "bench"))
+			}
+			job := NewJob{Queue: "bench", Kind: "bench"}
+			b.SetParallelism(4) // 8 producers on 2 cores: commits contend
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.Enqueue(ctx, job); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
