@@ -414,3 +414,16 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	h.log.Info("queue action", zap.String("action", action), zap.String("queue", q))
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
+
+// FeedReads is what the live feed has read from the database since Run
+// started: its whole load, whatever the number of open pages.
+type FeedReads struct {
+	QueueStats int // QueueStats statements
+	EventLog   int // event log reads (EventsAfter, plus EventsByID for skipped ids)
+}
+
+// Reads returns the live feed's reads so far.
+func (h *Handler) Reads() FeedReads {
+	s, e := h.hub.counts()
+	return FeedReads{QueueStats: s, EventLog: e}
+}

@@ -158,7 +158,7 @@ type sseEvent struct {
 
 // stream reads server-sent events from u (with Last-Event-ID when last is
 // not empty) into a channel until ctx ends.
-func stream(t *testing.T, ctx context.Context, u, last string) <-chan sseEvent {
+func stream(t testing.TB, ctx context.Context, u, last string) <-chan sseEvent {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	require.NoError(t, err)

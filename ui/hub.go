@@ -20,6 +20,10 @@ import (
 // up as rolled back.
 const gapTimeout = 10 * time.Second
 
+// tailMinInterval is the least time between two reads of the event log:
+// the notifications of a burst of transactions share one read.
+const tailMinInterval = 25 * time.Millisecond
+
 // maxGap is the widest run of skipped ids the feed waits for; a wider one
 // (a large rolled-back batch) is given up at once.
 const maxGap = 10000
@@ -150,6 +154,7 @@ func (h *hub) run(ctx context.Context) error {
 	refresh := time.NewTicker(h.cfg.RefreshInterval)
 	defer refresh.Stop()
 	var statsTimer <-chan time.Time
+	var lastTail time.Time
 	gapCheck := time.NewTicker(250 * time.Millisecond)
 	defer gapCheck.Stop()
 	for {
@@ -179,6 +184,19 @@ func (h *hub) run(ctx context.Context) error {
 			}
 		case <-h.kick:
 		}
+		// Notifications in a burst share one read.
+		if d := tailMinInterval - time.Since(lastTail); d > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(d):
+			}
+			select {
+			case <-h.kick:
+			default:
+			}
+		}
+		lastTail = time.Now()
 		n, err := h.tail(ctx)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -28,15 +28,21 @@ type bundle struct {
 
 // setup migrates a fresh schema and serves a dashboard on it, its live
 // feed running until the test ends.
-func setup(t *testing.T, cfg ui.Config) *bundle {
+func setup(t testing.TB, cfg ui.Config) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	schema := pgtest.SchemaOn(t, pool)
+	if cfg.Client != nil { // a schema of the caller's
+		schema = cfg.Client.Schema()
+	}
 	_, err := migrations.Up(ctx, pool, schema)
 	require.NoError(t, err)
-	client, err := queue.New(pool, queue.Config{Schema: schema})
-	require.NoError(t, err)
+	client := cfg.Client
+	if client == nil {
+		client, err = queue.New(pool, queue.Config{Schema: schema})
+		require.NoError(t, err)
+	}
 	cc, err := pgx.ParseConfig(pgtest.URL())
 	require.NoError(t, err)
 	l, err := notify.New(notify.Config{ConnConfig: cc})
