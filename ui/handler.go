@@ -134,13 +134,23 @@ type page struct {
 	CSRF     string
 	ReadOnly bool
 	Schema   string
-	Data     any
+	// After is the feed's resume point when the page was read: its event
+	// stream starts there, so nothing committed meanwhile is missed. -1:
+	// the feed is not running yet.
+	After int64
+	Data  any
 }
 
 func (h *Handler) render(w http.ResponseWriter, status int, name, title string, data any) {
+	h.renderAfter(w, status, name, title, data, -1)
+}
+
+// renderAfter renders a page whose data was read after the feed's resume
+// point after.
+func (h *Handler) renderAfter(w http.ResponseWriter, status int, name, title string, data any, after int64) {
 	var buf bytes.Buffer
 	err := h.tmpl.ExecuteTemplate(&buf, name, page{Title: title, Prefix: h.cfg.Prefix, CSRF: h.csrf,
-		ReadOnly: h.cfg.ReadOnly, Schema: h.client.Schema(), Data: data})
+		ReadOnly: h.cfg.ReadOnly, Schema: h.client.Schema(), After: after, Data: data})
 	if err != nil {
 		h.log.Warn("rendering a page failed", zap.String("page", name), zap.Error(err))
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -156,13 +166,14 @@ func (h *Handler) fail(w http.ResponseWriter, status int, msg string) {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	after := h.hub.resumePoint()
 	st, err := h.client.QueueStats(r.Context(), queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit})
 	if err != nil {
 		h.log.Warn("reading queue stats failed", zap.Error(err))
 		h.fail(w, http.StatusServiceUnavailable, "cannot read the queues: "+err.Error())
 		return
 	}
-	h.render(w, http.StatusOK, "overview.html", "Overview", st)
+	h.renderAfter(w, http.StatusOK, "overview.html", "Overview", st, after)
 }
 
 func (h *Handler) apiStats(w http.ResponseWriter, r *http.Request) {
@@ -186,6 +197,7 @@ type jobsData struct {
 }
 
 func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
+	after := h.hub.resumePoint()
 	q := r.URL.Query()
 	p := queue.JobListParams{State: q.Get("state"), Queue: q.Get("queue"), Kind: q.Get("kind"), ErrorContains: q.Get("error")}
 	d := jobsData{States: []string{queue.StatePending, queue.StateRunning, queue.StateSucceeded, queue.StateFailed, queue.StateCancelled}}
@@ -225,7 +237,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 		first.Set("before", strconv.FormatInt(d.Page.Next, 10))
 		d.NextURL = h.cfg.Prefix + "/jobs?" + first.Encode()
 	}
-	h.render(w, http.StatusOK, "jobs.html", "Jobs", d)
+	h.renderAfter(w, http.StatusOK, "jobs.html", "Jobs", d, after)
 }
 
 // jobData is the job page's data.
@@ -256,6 +268,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	after := h.hub.resumePoint()
 	j, err := h.client.JobGet(ctx, id)
 	deleted := errors.Is(err, queue.ErrNotFound)
 	if err != nil && !deleted {
@@ -296,7 +309,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 	}
 	d.CanRetry = !deleted && j.State == queue.StateFailed
 	d.CanCancel = !deleted && (j.State == queue.StatePending || j.State == queue.StateRunning)
-	h.render(w, http.StatusOK, "job.html", "Job "+strconv.FormatInt(id, 10), d)
+	h.renderAfter(w, http.StatusOK, "job.html", "Job "+strconv.FormatInt(id, 10), d, after)
 }
 
 // pretty indents JSON and caps it at limit bytes.

@@ -388,6 +388,16 @@ func (h *hub) subscribe() (*subscriber, int64, []byte, bool) {
 	return s, h.low, h.stats, h.ready
 }
 
+// resumePoint is the current resume point, -1 before the feed started.
+func (h *hub) resumePoint() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ready {
+		return -1
+	}
+	return h.low
+}
+
 func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -21,6 +21,9 @@ const maxReplay = 20000
 //	event: stats  the counters and sparkline samples (statsMessage), no id
 //	event: reload the page is too far behind: reload it
 //
+// A page's first connect passes ?after=N, the resume point when the page
+// was read, so that what committed between the read and the connect comes
+// too.
 // A page that reconnects sends Last-Event-ID (the browser does) and gets
 // every event after it from the event log, then the live ones; it may see
 // an event twice and drops repeats by event id.
@@ -32,7 +35,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	var from int64
 	resume := false
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("after") // a page's first connect: the resume point it was read at
+	}
+	if v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			http.Error(w, "bad Last-Event-ID", http.StatusBadRequest)

@@ -143,7 +143,10 @@
   }
 
   if (!window.EventSource) return;
-  const es = new EventSource(prefix + "/events");
+  // From the resume point the page was read at (reconnects send
+  // Last-Event-ID instead).
+  const after = Number(body.dataset.after);
+  const es = new EventSource(prefix + "/events" + (after >= 0 ? "?after=" + after : ""));
   window.pgwakeStream = { lastMark: 0, jobs: [], opens: 0 };
   es.onopen = () => { window.pgwakeStream.opens++; live.textContent = "live"; live.className = "live on"; };
   es.onerror = () => { live.textContent = "reconnecting"; live.className = "live off"; };
