@@ -63,7 +63,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if dir == "" {
 		return
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 }
