@@ -93,6 +93,8 @@ type statements struct {
 	// periodic and pause are the statements of periodic schedules and
 	// paused queues (store_periodic.go).
 	periodic periodicStatements
+	// read are the read API's statements (store_read.go).
+	read readStatements
 }
 
 // stateIs is the check that a job found by id is still in state, for the
@@ -132,6 +134,7 @@ func newStatements(schema string) statements {
 	s.waiterStatements(t)
 	s.retentionStatements(t)
 	s.periodic = newPeriodicStatements(schema)
+	s.read = newReadStatements(schema)
 	return s
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the PostgreSQL clients that internal/sqlapi's tests drive (docs/sql.md):
 # psql, Python psycopg 3, Ruby pg, Node pg (npm, from the committed lock file)
-# and the PostgreSQL JDBC driver with a JDK. Idempotent: installs only what is
+# and the PostgreSQL JDBC driver with a JDK; and chromium, the headless browser
+# the dashboard's browser tests drive (ui/browser_test.go). Idempotent: installs only what is
 # missing. Debian packages need root and apt-get; without them the script says
 # what it could not install and the tests that need it skip with that reason.
 # Never fails the build: a missing client is reported by its test as a skip.
@@ -12,10 +13,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
 want=()
-for pkg in postgresql-client python3 python3-psycopg ruby ruby-pg nodejs npm default-jdk-headless libpostgresql-jdbc-java; do
+for pkg in postgresql-client python3 python3-psycopg ruby ruby-pg nodejs npm default-jdk-headless libpostgresql-jdbc-java chromium; do
 	case "$pkg" in
 	nodejs | npm) command -v "$pkg" >/dev/null 2>&1 && continue ;; # may come from another repository
 	default-jdk-headless) command -v javac >/dev/null 2>&1 && continue ;;
+	chromium) command -v chromium >/dev/null 2>&1 && continue ;;
 	esac
 	have_deb "$pkg" || want+=("$pkg")
 done

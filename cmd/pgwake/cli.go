@@ -89,6 +89,8 @@ const (
 	envListenerURL = "PGWAKE_LISTENER_URL"
 	// envBrokerURL is events forward --to's variable.
 	envBrokerURL = "PGWAKE_BROKER_URL"
+	// envUIToken is ui --token's variable.
+	envUIToken = "PGWAKE_UI_TOKEN"
 )
 
 // cliEnv is what a command runs with.

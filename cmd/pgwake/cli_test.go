@@ -223,13 +223,11 @@ func TestStatsJSON(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id = $1`, done)
 	require.NoError(t, err)
 
-	// Hold one due job the way a worker's claim does.
-	tx, err := pool.Begin(ctx)
+	// One due job's attempt in flight, as a worker's claim records it.
+	attempts := sqlident.Quote(schema, "attempts")
+	_, err = pool.Exec(ctx, `INSERT INTO `+attempts+` (job_id, queue, attempt, batch, client_id)
+		SELECT id, queue, 1, 1, 'w' FROM `+jobs+` WHERE state = 'pending' AND queue = 'default' AND run_after <= now() ORDER BY id LIMIT 1`)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	var claimed int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM `+jobs+` WHERE state = 'pending' AND queue = 'default' AND run_after <= now()
-		ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&claimed))
 
 	out = mustRun(t, "", "stats", "--json", "--schema", schema)
 	var doc map[string][]map[string]any
@@ -264,9 +262,47 @@ func TestStatsJSON(t *testing.T) {
 	// The table form shows the same.
 	out = mustRun(t, "", "stats", "--schema", schema)
 	require.Regexp(t, `default\s+2\s+1\s+1\s+0\s+0\s+\S+`, out)
-	require.NoError(t, tx.Rollback(ctx))
+	_, err = pool.Exec(ctx, `DELETE FROM `+attempts)
+	require.NoError(t, err)
 	out = mustRun(t, "", "stats", "--json", "--schema", schema)
 	require.Contains(t, out, `"pending":3,"scheduled":1,"running":0`)
+
+	// Above --exact-limit, a count is an estimate, shown as ~N and named.
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+	out = mustRun(t, "", "stats", "--exact-limit", "1", "--schema", schema)
+	require.Regexp(t, `default\s+~\d+\s+1\s+0`, out)
+	out = mustRun(t, "", "stats", "--json", "--exact-limit", "1", "--schema", schema)
+	require.Contains(t, out, `"estimated":["pending"]`)
+}
+
+func TestJobsListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	ctx := context.Background()
+	var ids []int64
+	for range 5 {
+		ids = append(ids, enqueueID(t, "", "--schema", schema, "--kind", "k"))
+	}
+	_, err := pgtest.Pool(t).Exec(ctx, `UPDATE `+sqlident.Quote(schema, "jobs")+
+		` SET state = 'failed', last_error = 'Disk FULL', finished_at = now() WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	out := mustRun(t, "", "jobs", "list", "--schema", schema, "--error", "disk full")
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+default\s+k\s+failed`, ids[1]), out)
+	require.Equal(t, 2, strings.Count(out, "\n"), out) // header, one job, no next page
+
+	out = mustRun(t, "", "jobs", "list", "--schema", schema, "--limit", "2")
+	require.Contains(t, out, fmt.Sprintf("more: add --before %d\n", ids[3]))
+	out = mustRun(t, "", "jobs", "list", "--schema", schema, "--limit", "2", "--before", strconv.FormatInt(ids[3], 10), "--json")
+	var page []jobRow
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Equal(t, []int64{ids[2], ids[1]}, []int64{page[0].ID, page[1].ID})
+	out = mustRun(t, "", "jobs", "list", "--schema", schema, "--created-after", "2099-01-01T00:00:00Z")
+	require.Equal(t, "no jobs match\n", out)
+
+	r := pgwake(t, "", "jobs", "list", "--schema", schema, "--created-after", "2099-01-01T00:00:00Z", "--created-before", "2098-01-01T00:00:00Z")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "CreatedBefore")
 }
 
 func TestJobsRetryCancelShow(t *testing.T) {

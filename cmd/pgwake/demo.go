@@ -158,13 +158,6 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 		Pool: pool, Schema: schema,
 		Jobs: o.jobs, Rate: o.rate, Concurrency: o.concurrency, Timeout: o.timeout,
 		Out: out, Logger: env.log, Registry: reg,
-		QueueCounts: func(ctx context.Context) (pending, scheduled, running int64, err error) {
-			st, err := collectStats(ctx, pool, schema)
-			for _, s := range st {
-				pending, scheduled, running = pending+s.Pending, scheduled+s.Scheduled, running+s.Running
-			}
-			return pending, scheduled, running, err
-		},
 	})
 	if errors.Is(err, demo.ErrInterrupted) {
 		return interruptedError(err.Error())

@@ -7,15 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -23,14 +20,18 @@ func init() {
 	register(command{
 		name:    "jobs",
 		summary: "list, show, retry, cancel or prune jobs",
-		usage: `Usage: pgwake jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]
+		usage: `Usage: pgwake jobs list [--queue Q] [--kind K] [--state S] [--error TEXT]
+           [--created-after T] [--created-before T] [--before ID] [--limit N] [--json]
        pgwake jobs show ID [--json]
        pgwake jobs retry (ID... | --all-failed [--queue Q] [--kind K])
        pgwake jobs cancel ID...
        pgwake jobs prune [--succeeded 24h] [--cancelled 24h] [--failed 168h]
 
-list    jobs, newest first, filtered by queue, kind and state (pending,
-        succeeded, failed, cancelled); --limit defaults to 50.
+list    jobs, newest first, filtered by queue, kind, state (pending,
+        running, succeeded, failed, cancelled), text in the last error and
+        creation time; --limit defaults to 50. After a full page it prints
+        the --before that reads the next one (pages stay stable while jobs
+        are enqueued).
 show    one job with its payload and full event history (of a job deleted
         by retention, the history alone).
 retry   puts failed jobs back to pending, due now (a "retried" event each);
@@ -45,7 +46,8 @@ prune   deletes finished jobs that finished longer ago than their state's
         with the same defaults; their events stay until "pgwake events prune".
 
 Examples:
-  pgwake jobs list --state failed --queue email
+  pgwake jobs list --state failed --queue email --error timeout
+  pgwake jobs list --state failed --before 1200
   pgwake jobs show 42
   pgwake jobs retry --all-failed --kind email
   pgwake jobs cancel 43 44
@@ -123,21 +125,42 @@ var validStates = func() []string {
 	return out
 }()
 
-const jobColumns = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at, coalesce(unique_key, ''), coalesce(last_error, '')`
+// jobRowOf is the read API's job as list and show print it.
+func jobRowOf(j queue.JobInfo) jobRow {
+	return jobRow{ID: j.ID, Queue: j.Queue, Kind: j.Kind, State: string(j.State), Priority: j.Priority, Attempts: j.Attempts,
+		MaxAttempts: j.MaxAttempts, RunAfter: j.RunAfter, CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt,
+		UniqueKey: j.UniqueKey, LastError: j.LastError, Payload: j.Payload}
+}
 
-func scanJob(row pgx.Row, j *jobRow, extra ...any) error {
-	var prio int16
-	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.State, &prio, &j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.LastError}, extra...)
-	err := row.Scan(dest...)
-	j.Priority = int(prio)
-	return err
+// timeFlag is an optional RFC 3339 time flag.
+type timeFlag struct{ t time.Time }
+
+func (f *timeFlag) String() string {
+	if f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f *timeFlag) Set(v string) error {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return fmt.Errorf("want an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	f.t = t
+	return nil
 }
 
 func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	fs := env.flags()
 	q := fs.String("queue", "", "only this queue")
 	kind := fs.String("kind", "", "only this kind")
-	state := fs.String("state", "", "only this state: pending, succeeded, failed, cancelled")
+	state := fs.String("state", "", "only this state: pending, running, succeeded, failed, cancelled")
+	errText := fs.String("error", "", "only jobs whose last error contains this text (case ignored)")
+	var after, before timeFlag
+	fs.Var(&after, "created-after", "only jobs created at or after this time (RFC 3339)")
+	fs.Var(&before, "created-before", "only jobs created before this time (RFC 3339)")
+	cursor := fs.Int64("before", 0, "only jobs with an id below this (the next page's cursor, printed after a full page)")
 	limit := fs.Int("limit", 50, "at most this many jobs, newest first")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := env.parseNoArgs(fs, args); err != nil {
@@ -146,32 +169,27 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	if *state != "" && !contains(validStates, *state) {
 		return usagef("--state %q: use one of %s", *state, strings.Join(validStates, ", "))
 	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
+	if *limit < 1 || *limit > queue.MaxJobListLimit {
+		return usagef("--limit must be 1 to %d", queue.MaxJobListLimit)
 	}
-	pool, err := env.connect(ctx)
+	params := queue.JobListParams{State: queue.JobState(*state), Queue: *q, Kind: *kind, ErrorContains: *errText,
+		CreatedAfter: after.t, CreatedBefore: before.t, Before: *cursor, Limit: *limit}
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	sql := `SELECT ` + jobColumns + ` FROM ` + sqlident.Quote(env.schema, "jobs") + `
-WHERE ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR state = $3)
-ORDER BY id DESC LIMIT $4`
-	rows, err := pool.Query(ctx, sql, *q, *kind, *state, *limit)
+	page, err := client.JobList(ctx, params)
+	var fe *queue.FilterError
+	if errors.As(err, &fe) {
+		return usagef("%s", fe.Error())
+	}
 	if err != nil {
 		return explainSchemaError(fmt.Errorf("list jobs: %w", err), env.schema)
 	}
-	defer rows.Close()
-	list := []jobRow{}
-	for rows.Next() {
-		var j jobRow
-		if err := scanJob(rows, &j); err != nil {
-			return fmt.Errorf("list jobs: %w", err)
-		}
-		list = append(list, j)
-	}
-	if err := rows.Err(); err != nil {
-		return explainSchemaError(fmt.Errorf("list jobs: %w", err), env.schema)
+	list := make([]jobRow, 0, len(page.Jobs))
+	for _, j := range page.Jobs {
+		list = append(list, jobRowOf(j))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
@@ -189,7 +207,13 @@ ORDER BY id DESC LIMIT $4`
 			printable(j.State, false), j.Attempts, j.MaxAttempts,
 			j.RunAfter.Local().Format("2006-01-02 15:04:05"), printable(shorten(j.LastError, 60), false))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.Next != 0 {
+		fmt.Fprintf(env.stdout, "more: add --before %d\n", page.Next)
+	}
+	return nil
 }
 
 func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
@@ -205,19 +229,23 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := env.connect(ctx)
+	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	var j jobRow
-	err = scanJob(pool.QueryRow(ctx, `SELECT `+jobColumns+`, payload FROM `+sqlident.Quote(env.schema, "jobs")+` WHERE id = $1`, id), &j, &j.Payload)
-	deleted := errors.Is(err, pgx.ErrNoRows)
+	info, err := client.JobGet(ctx, id)
+	deleted := errors.Is(err, queue.ErrNotFound)
 	if err != nil && !deleted {
 		return explainSchemaError(fmt.Errorf("show job %d: %w", id, err), env.schema)
 	}
-	if j.Events, err = jobEvents(ctx, pool, env.schema, id); err != nil {
-		return err
+	j := jobRowOf(info)
+	evs, err := client.JobEvents(ctx, id)
+	if err != nil {
+		return explainSchemaError(err, env.schema)
+	}
+	for _, e := range evs {
+		j.Events = append(j.Events, eventRow{ID: e.ID, Queue: e.Queue, Kind: e.Kind, Type: string(e.Type), Attempt: e.Attempt, At: e.At, Data: e.Data})
 	}
 	if deleted {
 		if len(j.Events) == 0 {
@@ -272,23 +300,6 @@ func printEvents(w io.Writer, events []eventRow, ts func(time.Time) string) erro
 	return tw.Flush()
 }
 
-func jobEvents(ctx context.Context, pool *pgxpool.Pool, schema string, id int64) ([]eventRow, error) {
-	rows, err := pool.Query(ctx, `SELECT id, type, attempt, at, data, queue, kind FROM `+sqlident.Quote(schema, "events")+` WHERE job_id = $1 ORDER BY id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read events of job %d: %w", id, err)
-	}
-	defer rows.Close()
-	var out []eventRow
-	for rows.Next() {
-		var e eventRow
-		if err := rows.Scan(&e.ID, &e.Type, &e.Attempt, &e.At, &e.Data, &e.Queue, &e.Kind); err != nil {
-			return nil, fmt.Errorf("read events of job %d: %w", id, err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // jobsChange retries (retry=true) or cancels jobs.
 func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) error {
 	fs := env.flags()
@@ -332,15 +343,21 @@ func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) err
 	}
 	defer pool.Close()
 	if all {
-		rows, err := pool.Query(ctx, `SELECT id FROM `+sqlident.Quote(env.schema, "jobs")+`
-WHERE state = 'failed' AND ($1 = '' OR queue = $1) AND ($2 = '' OR kind = $2) ORDER BY id`, *q, *kind)
-		if err != nil {
-			return explainSchemaError(fmt.Errorf("find failed jobs: %w", err), env.schema)
+		p := queue.JobListParams{State: queue.StateFailed, Queue: *q, Kind: *kind, Limit: queue.MaxJobListLimit}
+		for {
+			page, err := client.JobList(ctx, p)
+			if err != nil {
+				return explainSchemaError(fmt.Errorf("find failed jobs: %w", err), env.schema)
+			}
+			for _, j := range page.Jobs {
+				ids = append(ids, j.ID)
+			}
+			if page.Next == 0 {
+				break
+			}
+			p.Before = page.Next
 		}
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("find failed jobs: %w", err)
-		}
+		slices.Reverse(ids) // oldest first
 		if len(ids) == 0 {
 			fmt.Fprintln(env.stdout, "no failed jobs match")
 			return nil

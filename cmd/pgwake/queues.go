@@ -7,8 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -202,32 +200,4 @@ func runPeriodic(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Spec, s.Kind, s.Queue, show(s.LastSlot), show(s.NextSlot))
 	}
 	return tw.Flush()
-}
-
-// markPaused sets Paused on the stats of paused queues and adds a line for
-// a paused queue with no jobs to count.
-func markPaused(ctx context.Context, pool *pgxpool.Pool, schema string, st []queueStats) ([]queueStats, error) {
-	client, err := queue.New(pool, queue.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	qs, err := client.Queues(ctx)
-	if err != nil {
-		return nil, explainSchemaError(fmt.Errorf("read paused queues: %w", err), schema)
-	}
-	at := map[string]int{}
-	for i, s := range st {
-		at[s.Queue] = i
-	}
-	for _, q := range qs {
-		if !q.Paused {
-			continue
-		}
-		if i, ok := at[q.Queue]; ok {
-			st[i].Paused = true
-		} else {
-			st = append(st, queueStats{Queue: q.Queue, Paused: true})
-		}
-	}
-	return st, nil
 }

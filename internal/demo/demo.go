@@ -53,9 +53,6 @@ type Config struct {
 	Out         io.Writer     // progress and summary
 	Logger      *zap.Logger
 	Registry    *prometheus.Registry // the client's metrics; the summary reads its claim counters
-	// QueueCounts returns the jobs waiting (due), scheduled (not due yet)
-	// and running over every queue, as `pgwake stats` counts them.
-	QueueCounts func(ctx context.Context) (pending, scheduled, running int64, err error)
 }
 
 // Run creates the demo's effects table in Schema, runs workers on queues
@@ -73,6 +70,7 @@ type demo struct {
 	pool   *pgxpool.Pool
 	schema string
 	out    io.Writer
+	client *queue.Client
 
 	latMu     sync.Mutex
 	latencies []time.Duration // due -> handler start, first attempts of immediate jobs
@@ -159,6 +157,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.client = client
 
 	// Workers stop when the jobs are done or on Ctrl-C.
 	wctx, stopWorkers := context.WithCancel(ctx)
@@ -289,19 +288,28 @@ type counts struct {
 
 func (c counts) finished() int64 { return c.succeeded + c.failed }
 
+// counts reads the queues' counters through the read API, the outcomes
+// from this process's metrics (the only worker on the demo's schema; an
+// outcome is counted after its commit) and the effect rows from the demo's
+// own table.
 func (d *demo) counts(ctx context.Context) (counts, error) {
 	var c counts
-	err := d.pool.QueryRow(ctx, `SELECT
-		count(*) FILTER (WHERE state = 'succeeded'),
-		count(*) FILTER (WHERE state = 'failed'),
-		(SELECT count(*) FROM `+sqlident.Quote(d.schema, "events")+` WHERE type = 'retry_scheduled'),
-		(SELECT count(*) FROM `+sqlident.Quote(d.schema, "demo_effects")+`)
-		FROM `+sqlident.Quote(d.schema, "jobs")).Scan(&c.succeeded, &c.failed, &c.retries, &c.effects)
+	st, err := d.client.QueueStats(ctx, queue.QueueStatsParams{})
 	if err != nil {
 		return c, fmt.Errorf("read progress: %w", err)
 	}
-	c.pending, c.scheduled, c.running, err = d.o.QueueCounts(ctx)
-	return c, err
+	for _, s := range st {
+		c.pending, c.scheduled, c.running = c.pending+s.Pending, c.scheduled+s.Scheduled, c.running+s.Running
+	}
+	outcomes, err := promreg.SumBy(d.o.Registry, "pgwake_worker_jobs_total", "outcome")
+	if err != nil {
+		return c, fmt.Errorf("read progress: %w", err)
+	}
+	c.succeeded, c.failed, c.retries = int64(outcomes["succeeded"]), int64(outcomes["failed"]), int64(outcomes["retry"])
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(d.schema, "demo_effects")).Scan(&c.effects); err != nil {
+		return c, fmt.Errorf("read progress: %w", err)
+	}
+	return c, nil
 }
 
 // progress draws a one-line bar: redrawn in place on a terminal, a new line

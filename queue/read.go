@@ -1,0 +1,411 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobInfo is a job as the read API returns it.
+type JobInfo struct {
+	ID          int64      `json:"id"`
+	Queue       string     `json:"queue"`
+	Kind        string     `json:"kind"`
+	State       JobState   `json:"state"`
+	Priority    int        `json:"priority"`
+	Attempts    int        `json:"attempts"`
+	MaxAttempts int        `json:"max_attempts"`
+	RunAfter    time.Time  `json:"run_after"`
+	CreatedAt   time.Time  `json:"created_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	UniqueKey   string     `json:"unique_key,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	// Payload is set by JobGet only.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// EventInfo is one row of the event log.
+type EventInfo struct {
+	ID      int64           `json:"id"`
+	JobID   int64           `json:"job_id"`
+	Type    EventType       `json:"type"`
+	Queue   string          `json:"queue"`
+	Kind    string          `json:"kind"`
+	Attempt int             `json:"attempt"`
+	At      time.Time       `json:"at"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// JobListParams filters and pages JobList. The zero value lists the newest
+// DefaultJobListLimit jobs.
+type JobListParams struct {
+	// State keeps jobs in this state (State* constants). Default: any.
+	State JobState
+	// Queue keeps jobs of this queue. Default: any.
+	Queue string
+	// Kind keeps jobs of this kind. Default: any.
+	Kind string
+	// CreatedAfter keeps jobs created at or after it. Default: no bound.
+	CreatedAfter time.Time
+	// CreatedBefore keeps jobs created before it. Default: no bound.
+	CreatedBefore time.Time
+	// ErrorContains keeps jobs whose last error contains it, ignoring case
+	// (at most MaxErrorFilterLen bytes). Default: any.
+	ErrorContains string
+	// Before is the keyset cursor: only jobs with an id below it (a
+	// JobListPage's Next). Default 0: from the newest.
+	Before int64
+	// Limit is the most jobs returned, 1 to MaxJobListLimit. Default
+	// DefaultJobListLimit.
+	Limit int
+}
+
+// Limits of JobListParams.
+const (
+	DefaultJobListLimit = 50
+	MaxJobListLimit     = 1000
+	MaxErrorFilterLen   = 200
+)
+
+// JobListPage is one page of JobList, newest first.
+type JobListPage struct {
+	Jobs []JobInfo `json:"jobs"`
+	// Next is the Before of the following page; 0 when this page is the last.
+	Next int64 `json:"next,omitempty"`
+}
+
+// FilterError is a read API filter that was rejected before any SQL ran.
+type FilterError struct {
+	Field  string // the JobListParams field, e.g. "State"
+	Reason string
+}
+
+func (e *FilterError) Error() string {
+	return fmt.Sprintf("queue: bad filter %s: %s", e.Field, e.Reason)
+}
+
+// validate fills p's defaults and checks it.
+func (p *JobListParams) validate() error {
+	if p.State != "" {
+		if !slices.Contains(States(), p.State) {
+			return &FilterError{Field: "State", Reason: fmt.Sprintf("%q is not one of %v", p.State, States())}
+		}
+	}
+	if len(p.Queue) > 1000 {
+		return &FilterError{Field: "Queue", Reason: "longer than 1000 bytes"}
+	}
+	if len(p.Kind) > 1000 {
+		return &FilterError{Field: "Kind", Reason: "longer than 1000 bytes"}
+	}
+	if len(p.ErrorContains) > MaxErrorFilterLen {
+		return &FilterError{Field: "ErrorContains", Reason: fmt.Sprintf("longer than %d bytes", MaxErrorFilterLen)}
+	}
+	for _, f := range []struct{ name, v string }{{"Queue", p.Queue}, {"Kind", p.Kind}, {"ErrorContains", p.ErrorContains}} {
+		for i := 0; i < len(f.v); i++ {
+			if f.v[i] == 0 {
+				return &FilterError{Field: f.name, Reason: "contains a NUL byte"}
+			}
+		}
+	}
+	if !p.CreatedAfter.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedAfter.Before(p.CreatedBefore) {
+		return &FilterError{Field: "CreatedBefore", Reason: "not after CreatedAfter"}
+	}
+	if p.Before < 0 {
+		return &FilterError{Field: "Before", Reason: "negative"}
+	}
+	if p.Limit == 0 {
+		p.Limit = DefaultJobListLimit
+	}
+	if p.Limit < 1 || p.Limit > MaxJobListLimit {
+		return &FilterError{Field: "Limit", Reason: fmt.Sprintf("%d is not in 1..%d", p.Limit, MaxJobListLimit)}
+	}
+	return nil
+}
+
+func scanJobInfo(row pgx.Row, j *JobInfo, extra ...any) error {
+	var prio int16
+	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.State, &prio, &j.Attempts, &j.MaxAttempts, &j.RunAfter,
+		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.LastError}, extra...)
+	err := row.Scan(dest...)
+	j.Priority = int(prio)
+	return err
+}
+
+// JobGet returns job id with its payload; ErrNotFound when no row has that
+// id (retention may have deleted it: JobEvents still has its history).
+func (c *Client) JobGet(ctx context.Context, id int64) (JobInfo, error) {
+	var j JobInfo
+	err := scanJobInfo(c.pool.QueryRow(ctx, c.sql.read.jobGet, id), &j, &j.Payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return JobInfo{}, fmt.Errorf("queue: job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("queue: get job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobList returns the newest jobs matching p, without payloads, and the
+// cursor of the next page. Pages are stable under concurrent enqueues: a
+// new job has a higher id than every page's cursor. A bad filter returns a
+// *FilterError before any SQL runs.
+func (c *Client) JobList(ctx context.Context, p JobListParams) (JobListPage, error) {
+	if err := p.validate(); err != nil {
+		return JobListPage{}, err
+	}
+	var after, before *time.Time
+	if !p.CreatedAfter.IsZero() {
+		after = &p.CreatedAfter
+	}
+	if !p.CreatedBefore.IsZero() {
+		before = &p.CreatedBefore
+	}
+	rows, err := c.pool.Query(ctx, c.sql.read.jobList, p.State, p.Queue, p.Kind, after, before, p.ErrorContains, p.Before, p.Limit+1)
+	if err != nil {
+		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
+		var j JobInfo
+		return j, scanJobInfo(r, &j)
+	})
+	if err != nil {
+		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)
+	}
+	page := JobListPage{Jobs: jobs}
+	if len(jobs) > p.Limit {
+		page.Jobs = jobs[:p.Limit]
+		page.Next = page.Jobs[p.Limit-1].ID
+	}
+	if page.Jobs == nil {
+		page.Jobs = []JobInfo{}
+	}
+	return page, nil
+}
+
+func collectEvents(rows pgx.Rows) ([]EventInfo, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventInfo, error) {
+		var e EventInfo
+		err := r.Scan(&e.ID, &e.JobID, &e.Type, &e.Queue, &e.Kind, &e.Attempt, &e.At, &e.Data)
+		return e, err
+	})
+}
+
+// JobEvents returns job id's event history, oldest first (empty: no such
+// job, or its events were pruned).
+func (c *Client) JobEvents(ctx context.Context, id int64) ([]EventInfo, error) {
+	rows, err := c.pool.Query(ctx, c.sql.read.jobEvents, id)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events of job %d: %w", id, err)
+	}
+	out, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events of job %d: %w", id, err)
+	}
+	return out, nil
+}
+
+// EventsAfter returns up to limit (1 to MaxJobListLimit) events with an id
+// above afterID, in id order. Event ids are taken at insert and commit in
+// any order: an event with a lower id than one already returned may still
+// appear later (its transaction was slower). A reader that must not miss
+// one checks the ids it skipped with EventsByID (the ui package does).
+func (c *Client) EventsAfter(ctx context.Context, afterID int64, limit int) ([]EventInfo, error) {
+	if limit < 1 || limit > MaxJobListLimit {
+		return nil, &FilterError{Field: "limit", Reason: fmt.Sprintf("%d is not in 1..%d", limit, MaxJobListLimit)}
+	}
+	rows, err := c.pool.Query(ctx, c.sql.read.eventsAfter, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events after %d: %w", afterID, err)
+	}
+	out, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events after %d: %w", afterID, err)
+	}
+	return out, nil
+}
+
+// EventsByID returns the events among ids (at most MaxJobListLimit) that
+// exist, in id order: a reader of EventsAfter checks the ids it skipped,
+// whose transactions may have committed since.
+func (c *Client) EventsByID(ctx context.Context, ids []int64) ([]EventInfo, error) {
+	if len(ids) > MaxJobListLimit {
+		return nil, &FilterError{Field: "ids", Reason: fmt.Sprintf("more than %d", MaxJobListLimit)}
+	}
+	rows, err := c.pool.Query(ctx, c.sql.read.eventsByID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events by id: %w", err)
+	}
+	out, err := collectEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("queue: events by id: %w", err)
+	}
+	return out, nil
+}
+
+// LastEventID returns the highest event id committed (0: none).
+func (c *Client) LastEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := c.pool.QueryRow(ctx, c.sql.read.lastEventID).Scan(&id); err != nil {
+		return 0, fmt.Errorf("queue: last event id: %w", err)
+	}
+	return id, nil
+}
+
+// EventsChannel is the channel that transactions writing events NOTIFY
+// while a watcher is registered (WatchEvents).
+func EventsChannel(schema string) string { return schema + "_events" }
+
+// WatchEvents registers (or refreshes) watcher id: for the next 60 seconds,
+// every transaction that writes events sends one NOTIFY on
+// EventsChannel(schema), payload empty. Call it again well within a minute
+// to keep watching; UnwatchEvents stops it. Without a watcher writing
+// events sends nothing.
+func (c *Client) WatchEvents(ctx context.Context, id string) error {
+	if _, err := c.pool.Exec(ctx, c.sql.read.watch, id); err != nil {
+		return fmt.Errorf("queue: watch events: %w", err)
+	}
+	return nil
+}
+
+// UnwatchEvents removes watcher id.
+func (c *Client) UnwatchEvents(ctx context.Context, id string) error {
+	if _, err := c.pool.Exec(ctx, c.sql.read.unwatch, id); err != nil {
+		return fmt.Errorf("queue: unwatch events: %w", err)
+	}
+	return nil
+}
+
+// QueueStat is one queue's counters, as `pgwake stats --json` prints them.
+type QueueStat struct {
+	Queue string `json:"queue"`
+	// Pending is due jobs waiting for a worker.
+	Pending int64 `json:"pending"`
+	// Scheduled is pending jobs not due yet.
+	Scheduled int64 `json:"scheduled"`
+	// Running is leased jobs running and held attempts in flight (an
+	// attempt record: includes attempts of a crashed worker until they are
+	// recovered).
+	Running int64 `json:"running"`
+	// Failed is jobs whose attempts ran out.
+	Failed int64 `json:"failed"`
+	// SucceededLastMinute is jobs that succeeded in the last minute.
+	SucceededLastMinute int64 `json:"succeeded_last_minute"`
+	// OldestPendingAgeSec is how long the oldest due job has been due.
+	OldestPendingAgeSec float64 `json:"oldest_pending_age_seconds"`
+	// Paused is whether the queue is paused.
+	Paused bool `json:"paused"`
+	// Estimated names the counters that were above the exact limit and are
+	// the planner's estimate (at least the limit), e.g. ["pending"].
+	Estimated []string `json:"estimated,omitempty"`
+}
+
+// QueueStatsParams tunes QueueStats.
+type QueueStatsParams struct {
+	// ExactLimit is how many rows each counter counts exactly, per queue;
+	// above it the counter is the planner's estimate (statistics kept by
+	// ANALYZE, see migration 0015) and named in QueueStat.Estimated.
+	// Default DefaultExactLimit; -1: count everything exactly (reads every
+	// matching row).
+	ExactLimit int
+}
+
+// DefaultExactLimit is QueueStatsParams.ExactLimit's default.
+const DefaultExactLimit = 10000
+
+// QueueStats returns the counters of every queue with pending, running,
+// failed or recently succeeded jobs, or paused, in name order. Its cost
+// grows with the exact limit and the number of queues and priorities, not
+// with the number of jobs.
+func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueStat, error) {
+	limit := p.ExactLimit
+	switch {
+	case limit == 0:
+		limit = DefaultExactLimit
+	case limit == -1:
+		limit = 1 << 30
+	case limit < 0:
+		return nil, &FilterError{Field: "ExactLimit", Reason: "negative (use -1 for no limit)"}
+	}
+	// Count one past the limit: a count above it is known to be capped.
+	capRows := limit + 1
+	if capRows > 1<<30 {
+		capRows = 1 << 30
+	}
+	rows, err := c.pool.Query(ctx, c.sql.read.stats, capRows)
+	if err != nil {
+		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	var succeededTotal int64
+	due := map[string]int64{} // pending rows due, held attempts included
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueStat, error) {
+		var s QueueStat
+		var d, leased, held int64
+		var oldest *float64
+		err := r.Scan(&s.Queue, &d, &s.Scheduled, &leased, &held, &s.Failed, &s.SucceededLastMinute, &oldest, &s.Paused)
+		due[s.Queue] = d
+		s.Pending = max(d-held, 0)
+		s.Running = leased + held
+		if oldest != nil {
+			s.OldestPendingAgeSec = max(*oldest, 0)
+		}
+		succeededTotal += s.SucceededLastMinute
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	if p.ExactLimit != -1 {
+		for i := range out {
+			s := &out[i]
+			for _, e := range []struct {
+				name  string
+				n     *int64
+				over  bool
+				query string
+			}{
+				{"pending", &s.Pending, due[s.Queue] > int64(limit), c.sql.read.estimatePending},
+				{"scheduled", &s.Scheduled, s.Scheduled > int64(limit), c.sql.read.estimateScheduled},
+				{"failed", &s.Failed, s.Failed > int64(limit), c.sql.read.estimateFailed},
+				{"succeeded_last_minute", &s.SucceededLastMinute, succeededTotal > int64(limit), c.sql.read.estimateSucceeded},
+			} {
+				if !e.over {
+					continue
+				}
+				est, err := c.estimate(ctx, e.query, s.Queue)
+				if err != nil {
+					return nil, err
+				}
+				*e.n = max(est, *e.n)
+				s.Estimated = append(s.Estimated, e.name)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	if out == nil {
+		out = []QueueStat{}
+	}
+	return out, nil
+}
+
+// estimate is the planner's row count for an EXPLAIN statement of queue.
+func (c *Client) estimate(ctx context.Context, query, queue string) (int64, error) {
+	var doc []byte
+	if err := c.pool.QueryRow(ctx, query, queue).Scan(&doc); err != nil {
+		return 0, fmt.Errorf("queue: stats estimate: %w", err)
+	}
+	var plan []struct {
+		Plan struct {
+			Rows float64 `json:"Plan Rows"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(doc, &plan); err != nil || len(plan) == 0 {
+		return 0, fmt.Errorf("queue: stats estimate: unexpected plan %.200q", doc)
+	}
+	return int64(plan[0].Plan.Rows), nil
+}

@@ -1,0 +1,311 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// readFixture enqueues jobs over two queues and two kinds and marks some
+// failed with errors, one succeeded; it returns their ids in enqueue order.
+func readFixture(t *testing.T, e *env) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var ids []int64
+	for i := range 12 {
+		q, k := "qa", "ka"
+		if i%2 == 1 {
+			q = "qb"
+		}
+		if i%3 == 0 {
+			k = "kb"
+		}
+		r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: q, Kind: k, Payload: map[string]int{"i": i}})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	_, err := e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'failed', finished_at = now(),
+		last_error = CASE WHEN id = $1 THEN 'Connection REFUSED by 100%_host' ELSE 'timeout' END WHERE id = ANY($2)`,
+		ids[2], []int64{ids[2], ids[5], ids[7]})
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'succeeded', finished_at = now() WHERE id = $1`, ids[4])
+	require.NoError(t, err)
+	return ids
+}
+
+func listIDs(t *testing.T, c *queue.Client, p queue.JobListParams) []int64 {
+	t.Helper()
+	page, err := c.JobList(context.Background(), p)
+	require.NoError(t, err)
+	out := []int64{}
+	for _, j := range page.Jobs {
+		require.Empty(t, j.Payload, "list carries no payload")
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+func TestJobListFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ids := readFixture(t, e)
+	rev := func(idx ...int) []int64 {
+		out := []int64{}
+		for i := len(idx) - 1; i >= 0; i-- {
+			out = append(out, ids[idx[i]])
+		}
+		return out
+	}
+	all := make([]int, 12)
+	for i := range all {
+		all[i] = i
+	}
+	require.Equal(t, rev(all...), listIDs(t, e.c, queue.JobListParams{}), "newest first")
+	require.Equal(t, rev(2, 5, 7), listIDs(t, e.c, queue.JobListParams{State: queue.StateFailed}))
+	require.Equal(t, rev(4), listIDs(t, e.c, queue.JobListParams{State: queue.StateSucceeded}))
+	require.Equal(t, rev(1, 3, 5, 7, 9, 11), listIDs(t, e.c, queue.JobListParams{Queue: "qb"}))
+	require.Equal(t, rev(0, 3, 6, 9), listIDs(t, e.c, queue.JobListParams{Kind: "kb"}))
+	require.Equal(t, rev(3, 9), listIDs(t, e.c, queue.JobListParams{Kind: "kb", Queue: "qb"}))
+	require.Equal(t, rev(5, 7), listIDs(t, e.c, queue.JobListParams{Queue: "qb", State: queue.StateFailed}))
+	// Text in the error: case ignored, % and _ are plain characters.
+	require.Equal(t, rev(2), listIDs(t, e.c, queue.JobListParams{ErrorContains: "connection refused"}))
+	require.Equal(t, rev(2), listIDs(t, e.c, queue.JobListParams{ErrorContains: "100%_h"}))
+	require.Equal(t, []int64{}, listIDs(t, e.c, queue.JobListParams{ErrorContains: "100%%"}))
+	require.Equal(t, rev(5, 7), listIDs(t, e.c, queue.JobListParams{ErrorContains: "TIMEOUT"}))
+	require.Equal(t, []int64{}, listIDs(t, e.c, queue.JobListParams{Queue: "nope"}))
+
+	// Time range: created_at of the first six vs the rest.
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET created_at = '2020-01-01T00:00:00Z' WHERE id = ANY($1)`, ids[:6])
+	require.NoError(t, err)
+	mid := time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, rev(0, 1, 2, 3, 4, 5), listIDs(t, e.c, queue.JobListParams{CreatedBefore: mid}))
+	require.Equal(t, rev(6, 7, 8, 9, 10, 11), listIDs(t, e.c, queue.JobListParams{CreatedAfter: mid}))
+	require.Equal(t, rev(0, 1, 2, 3, 4, 5), listIDs(t, e.c, queue.JobListParams{
+		CreatedAfter: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), CreatedBefore: mid}), "after is inclusive")
+	require.Equal(t, rev(2, 5), listIDs(t, e.c, queue.JobListParams{CreatedBefore: mid, State: queue.StateFailed}))
+}
+
+// Pages of a listing are disjoint, cover every job that existed when the
+// first page was read, in order, while other jobs are enqueued between
+// pages; the last page has no cursor.
+func TestJobListPaginationStableUnderConcurrentInserts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	var want []int64
+	for i := range 25 {
+		r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Payload: map[string]int{"i": i}})
+		require.NoError(t, err)
+		want = append([]int64{r.ID}, want...)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"}); err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+		}
+	})
+	var got []int64
+	p := queue.JobListParams{Limit: 10, Before: want[0] + 1}
+	pages := 0
+	for {
+		page, err := e.c.JobList(ctx, p)
+		require.NoError(t, err)
+		pages++
+		for _, j := range page.Jobs {
+			got = append(got, j.ID)
+		}
+		if page.Next == 0 {
+			break
+		}
+		p.Before = page.Next
+	}
+	close(stop)
+	wg.Wait()
+	require.Equal(t, want, got)
+	require.Equal(t, 3, pages)
+
+	// From the newest with concurrent inserts done: the first page starts
+	// at the newest job, and following pages still end at the oldest.
+	page, err := e.c.JobList(ctx, queue.JobListParams{Limit: 1000})
+	require.NoError(t, err)
+	require.Greater(t, page.Jobs[0].ID, want[0])
+	require.Equal(t, want[len(want)-1], page.Jobs[len(page.Jobs)-1].ID)
+}
+
+// Bad filters are rejected with a *FilterError before any SQL: the client's
+// pool is closed, so a statement would fail with another error.
+func TestJobListRejectsBadFiltersBeforeSQL(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), pgtest.URL())
+	require.NoError(t, err)
+	pool.Close()
+	c, err := queue.New(pool, queue.Config{})
+	require.NoError(t, err)
+	now := time.Now()
+	for name, p := range map[string]queue.JobListParams{
+		"State":         {State: "exploded"},
+		"Limit":         {Limit: queue.MaxJobListLimit + 1},
+		"Before":        {Before: -1},
+		"CreatedBefore": {CreatedAfter: now, CreatedBefore: now.Add(-time.Second)},
+		"ErrorContains": {ErrorContains: string(make([]byte, queue.MaxErrorFilterLen+1))},
+		"Queue":         {Queue: "a\x00b"},
+	} {
+		_, err := c.JobList(context.Background(), p)
+		var fe *queue.FilterError
+		require.True(t, errors.As(err, &fe), "%s: %v", name, err)
+		require.Equal(t, name, fe.Field)
+	}
+	_, err = c.JobList(context.Background(), queue.JobListParams{Limit: -3})
+	var fe *queue.FilterError
+	require.ErrorAs(t, err, &fe)
+	_, err = c.QueueStats(context.Background(), queue.QueueStatsParams{ExactLimit: -2})
+	require.ErrorAs(t, err, &fe)
+	_, err = c.EventsAfter(context.Background(), 0, 0)
+	require.ErrorAs(t, err, &fe)
+}
+
+func TestJobGetEventsAndEventsAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	last0, err := e.c.LastEventID(ctx)
+	require.NoError(t, err)
+	require.Zero(t, last0)
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "g", Kind: "k", Payload: map[string]string{"x": "<script>"}})
+	require.NoError(t, err)
+	require.NoError(t, e.c.Cancel(ctx, r.ID))
+	j, err := e.c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateCancelled, j.State)
+	require.Equal(t, "g", j.Queue)
+	require.JSONEq(t, `{"x":"<script>"}`, string(j.Payload))
+	_, err = e.c.JobGet(ctx, r.ID+1000)
+	require.ErrorIs(t, err, queue.ErrNotFound)
+
+	evs, err := e.c.JobEvents(ctx, r.ID)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, queue.EventEnqueued, evs[0].Type)
+	require.Equal(t, queue.EventCancelled, evs[1].Type)
+	require.Equal(t, r.ID, evs[1].JobID)
+
+	last, err := e.c.LastEventID(ctx)
+	require.NoError(t, err)
+	require.Equal(t, evs[1].ID, last)
+	after, err := e.c.EventsAfter(ctx, evs[0].ID, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{evs[1].ID}, []int64{after[0].ID})
+	require.Len(t, after, 1)
+	after, err = e.c.EventsAfter(ctx, 0, 1)
+	require.NoError(t, err)
+	require.Len(t, after, 1, "limit")
+}
+
+func TestQueueStatsCounts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	var jobs []queue.NewJob
+	for range 7 {
+		jobs = append(jobs, queue.NewJob{Queue: "sa", Kind: "k"})
+	}
+	for range 3 {
+		jobs = append(jobs, queue.NewJob{Queue: "sa", Kind: "k", Priority: 5, Delay: time.Hour})
+	}
+	for range 4 {
+		jobs = append(jobs, queue.NewJob{Queue: "sb", Kind: "k", Priority: -1})
+	}
+	res, err := e.c.EnqueueMany(ctx, jobs)
+	require.NoError(t, err)
+	// Two of sb failed, one succeeded just now, one succeeded long ago.
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'failed', finished_at = now() WHERE id = ANY($1)`,
+		[]int64{res[10].ID, res[11].ID})
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'succeeded', finished_at = $2 WHERE id = $1`,
+		res[12].ID, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'succeeded', finished_at = now() WHERE id = $1`, res[13].ID)
+	require.NoError(t, err)
+	// One of sa is running leased.
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'running', leased_by = 'x', lease_expires_at = now() + interval '1 hour' WHERE id = $1`, res[0].ID)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET run_after = now() - interval '30 seconds' WHERE id = $1`, res[1].ID)
+	require.NoError(t, err)
+	require.NoError(t, e.c.PauseQueue(ctx, "sc"))
+
+	st, err := e.c.QueueStats(ctx, queue.QueueStatsParams{})
+	require.NoError(t, err)
+	require.Len(t, st, 3)
+	require.Equal(t, "sa", st[0].Queue)
+	require.Equal(t, int64(6), st[0].Pending)
+	require.Equal(t, int64(3), st[0].Scheduled)
+	require.Equal(t, int64(1), st[0].Running)
+	require.InDelta(t, 30, st[0].OldestPendingAgeSec, 5)
+	require.Empty(t, st[0].Estimated)
+	require.Equal(t, queue.QueueStat{Queue: "sb", Failed: 2, SucceededLastMinute: 1}, st[1])
+	require.Equal(t, queue.QueueStat{Queue: "sc", Paused: true}, st[2])
+
+	// Above the exact limit, a counter is the planner's estimate, at least
+	// the limit, and named as estimated.
+	_, err = e.pool.Exec(ctx, `ANALYZE `+e.table("jobs"))
+	require.NoError(t, err)
+	st, err = e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending", "scheduled"}, st[0].Estimated)
+	require.GreaterOrEqual(t, st[0].Pending, int64(3))
+	require.GreaterOrEqual(t, st[0].Scheduled, int64(3))
+	require.Empty(t, st[1].Estimated)
+	st, err = e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: -1})
+	require.NoError(t, err)
+	require.Equal(t, int64(6), st[0].Pending)
+	require.Empty(t, st[0].Estimated)
+}
+
+// While a watcher is registered, a transaction that writes events sends one
+// NOTIFY on EventsChannel; without one, none.
+func TestWatchEventsNotifies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	conn, err := e.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `LISTEN `+queue.EventsChannel(e.schema))
+	require.NoError(t, err)
+	wait := func(d time.Duration) bool {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		_, err := conn.Conn().WaitForNotification(wctx)
+		return err == nil
+	}
+	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	require.False(t, wait(300*time.Millisecond), "no watcher: no notification")
+	require.NoError(t, e.c.WatchEvents(ctx, "t1"))
+	_, err = e.c.EnqueueMany(ctx, []queue.NewJob{{Kind: "k"}, {Kind: "k"}})
+	require.NoError(t, err)
+	require.True(t, wait(10*time.Second), "watcher: notification")
+	require.False(t, wait(300*time.Millisecond), "one per transaction")
+	require.NoError(t, e.c.UnwatchEvents(ctx, "t1"))
+	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	require.False(t, wait(300*time.Millisecond), "unwatched: no notification")
+}

@@ -1,0 +1,297 @@
+package ui_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+	"github.com/pgwake/pgwake/ui"
+)
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func postForm(t *testing.T, u string, form url.Values) (int, string) {
+	t.Helper()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.PostForm(u, form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// A hostile payload, queue name and error are escaped on every page; the
+// payload is cut at PayloadLimit.
+func TestPagesEscapeHostileValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{Prefix: "/pgwake", PayloadLimit: 200})
+	ctx := context.Background()
+	r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: `<img/src=x/onerror=alert(1)>`,
+		Payload: map[string]string{"x": "</pre><script>alert(1)</script>", "pad": strings.Repeat("a", 500)}})
+	require.NoError(t, err)
+	for _, path := range []string{"/", "/jobs", "/jobs/" + strconv.FormatInt(r.ID, 10), "/jobs?queue=%3Cscript%3E"} {
+		code, body := get(t, nil, b.url+path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "<script>alert", path)
+		require.NotContains(t, body, "<img/src=x", path)
+	}
+	_, body := get(t, nil, b.url+"/jobs/"+strconv.FormatInt(r.ID, 10))
+	require.Contains(t, body, "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
+	require.Contains(t, body, "Payload cut at 200 bytes")
+}
+
+// Actions need the page's form token and a confirmation; a read-only
+// dashboard shows none and refuses them; each action writes its event.
+func TestActionsCSRFConfirmReadOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	jobURL := b.url + "/jobs/" + strconv.FormatInt(r.ID, 10)
+	_, body := get(t, nil, jobURL)
+	m := csrfRe.FindStringSubmatch(body)
+	require.NotNil(t, m, "the job page has a cancel form")
+	code, _ := postForm(t, jobURL+"/cancel", url.Values{"confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, code, "no token")
+	wrong := "0"
+	if m[1][0] == '0' {
+		wrong = "1"
+	}
+	code, _ = postForm(t, jobURL+"/cancel", url.Values{"confirm": {"yes"}, "csrf": {wrong + m[1][1:]}})
+	require.Equal(t, http.StatusForbidden, code, "wrong token")
+	code, body = postForm(t, jobURL+"/cancel", url.Values{"csrf": {m[1]}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "Really cancel job")
+	j, err := b.client.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StatePending, j.State, "not without confirmation")
+	code, _ = postForm(t, jobURL+"/cancel", url.Values{"csrf": {m[1]}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	evs, err := b.client.JobEvents(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.EventCancelled, evs[len(evs)-1].Type)
+
+	// Pause and resume through the API.
+	code, _ = postForm(t, b.url+"/queues/default/pause", url.Values{"csrf": {m[1]}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	qs, err := b.client.Queues(ctx)
+	require.NoError(t, err)
+	require.True(t, qs[0].Paused)
+
+	ro := setup(t, ui.Config{ReadOnly: true})
+	r2, err := ro.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	ro2URL := ro.url + "/jobs/" + strconv.FormatInt(r2.ID, 10)
+	_, body = get(t, nil, ro2URL)
+	require.NotContains(t, body, `name="csrf"`)
+	require.NotContains(t, body, `id="cancel"`)
+	code, _ = postForm(t, ro2URL+"/cancel", url.Values{"confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, code)
+	j, err = ro.client.JobGet(ctx, r2.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StatePending, j.State)
+}
+
+// With a token, every request without it is refused; ?token= sets a cookie.
+func TestTokenRequired(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{Token: "s3cret"})
+	code, _ := get(t, nil, b.url+"/")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get(t, nil, b.url+"/events")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get(t, nil, b.url+"/?token=wrong")
+	require.Equal(t, http.StatusUnauthorized, code)
+	req, err := http.NewRequest(http.MethodGet, b.url+"/api/stats", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	jar := &cookieJar{}
+	c := &http.Client{Jar: jar}
+	code, body := get(t, c, b.url+"/jobs?token=s3cret")
+	require.Equal(t, http.StatusOK, code, body)
+	code, _ = get(t, c, b.url+"/jobs")
+	require.Equal(t, http.StatusOK, code, "the cookie carries the token")
+}
+
+// Bad filters answer 400 with the reason and run no query.
+func TestJobsPageBadFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	code, body := get(t, nil, b.url+"/jobs?state=exploded")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "bad filter State")
+	code, _ = get(t, nil, b.url+"/jobs?before=x")
+	require.Equal(t, http.StatusBadRequest, code)
+}
+
+// sseEvent is one parsed server-sent event.
+type sseEvent struct {
+	event, id, data string
+}
+
+// stream reads server-sent events from u (with Last-Event-ID when last is
+// not empty) into a channel until ctx ends.
+func stream(t testing.TB, ctx context.Context, u, last string) <-chan sseEvent {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	require.NoError(t, err)
+	if last != "" {
+		req.Header.Set("Last-Event-ID", last)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	out := make(chan sseEvent, 100000)
+	go func() {
+		defer resp.Body.Close()
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var e sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if e.event != "" {
+					out <- e
+				}
+				e = sseEvent{}
+			case strings.HasPrefix(line, "event: "):
+				e.event = line[7:]
+			case strings.HasPrefix(line, "id: "):
+				e.id = line[4:]
+			case strings.HasPrefix(line, "data: "):
+				e.data = line[6:]
+			}
+		}
+	}()
+	return out
+}
+
+// A stream that reconnects with the last id it saw gets every event it
+// missed while away, then the live ones: no event id is missing.
+func TestStreamResumesWithoutGaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	last := ""
+	take := func(ch <-chan sseEvent, want int) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for len(seen) < want {
+			select {
+			case e, ok := <-ch:
+				require.True(t, ok, "stream ended")
+				if e.id != "" {
+					last = e.id
+				}
+				if e.event == "job" {
+					var je struct {
+						ID int64 `json:"id"`
+					}
+					require.NoError(t, json.Unmarshal([]byte(e.data), &je))
+					seen[je.ID] = true
+				}
+			case <-deadline:
+				t.Fatalf("saw %d of %d events", len(seen), want)
+			}
+		}
+	}
+	enqueue := func(n int) {
+		jobs := make([]queue.NewJob, n)
+		for i := range jobs {
+			jobs[i] = queue.NewJob{Kind: "k"}
+		}
+		_, err := b.client.EnqueueMany(ctx, jobs)
+		require.NoError(t, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	ch := stream(t, sctx, b.url+"/events", "")
+	// The first stream is open once its first mark or stats arrives.
+	enqueue(10)
+	take(ch, 10)
+	cancel()
+	enqueue(25) // while away
+	for i := range 5 {
+		_, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k", Payload: map[string]int{"i": i}})
+		require.NoError(t, err)
+	}
+	require.NotEmpty(t, last)
+	sctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	ch = stream(t, sctx, b.url+"/events", last)
+	take(ch, 40)
+	enqueue(3) // live again
+	take(ch, 43)
+	lastID, err := b.client.LastEventID(ctx)
+	require.NoError(t, err)
+	for id := lastID - 42; id <= lastID; id++ {
+		require.True(t, seen[id], "event %d", id)
+	}
+}
+
+// Counters are pushed after an enqueue, without the page asking; the feed
+// reads the counters once per notification burst, not once per page.
+func TestStatsPushedAfterEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{RefreshInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var chans []<-chan sseEvent
+	for range 3 {
+		chans = append(chans, stream(t, ctx, b.url+"/events", ""))
+	}
+	_, err := b.client.EnqueueMany(ctx, []queue.NewJob{{Kind: "k", Queue: "live"}, {Kind: "k", Queue: "live"}})
+	require.NoError(t, err)
+	for _, ch := range chans {
+		pgtest.WaitFor(t, 30*time.Second, "stats with the queue", func() bool {
+			for {
+				select {
+				case e := <-ch:
+					if e.event == "stats" && strings.Contains(e.data, `"queue":"live","pending":2`) {
+						return true
+					}
+				default:
+					return false
+				}
+			}
+		})
+	}
+}
+
+type cookieJar struct{ cookies []*http.Cookie }
+
+func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) { j.cookies = append(j.cookies, cs...) }
+func (j *cookieJar) Cookies(*url.URL) []*http.Cookie          { return j.cookies }

@@ -1,0 +1,424 @@
+package ui
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/notify"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// gapTimeout is how long the feed waits for an event id it skipped (its
+// transaction had not committed when a later one had) before it gives it
+// up as rolled back.
+const gapTimeout = 10 * time.Second
+
+// tailMinInterval is the least time between two reads of the event log:
+// the notifications of a burst of transactions share one read.
+const tailMinInterval = 25 * time.Millisecond
+
+// maxGap is the widest run of skipped ids the feed waits for; a wider one
+// (a large rolled-back batch) is given up at once.
+const maxGap = 10000
+
+// heartbeatInterval refreshes the watcher row (migration 0015 honours a
+// heartbeat for 60 s).
+const heartbeatInterval = 20 * time.Second
+
+// message is one server-sent event.
+type message struct {
+	event string
+	id    int64 // the resume point, sent when hasID
+	hasID bool
+	data  []byte
+	evID  int64 // a job message's event id
+}
+
+// subscriber is one open event stream.
+type subscriber struct {
+	ch   chan message
+	gone chan struct{} // closed when the hub dropped it (it fell behind)
+}
+
+// jobEvent is an event as pages receive it: no data (it may hold an error
+// text; the job page shows it).
+type jobEvent struct {
+	ID      int64           `json:"id"`
+	JobID   int64           `json:"job_id"`
+	Type    queue.EventType `json:"type"`
+	Queue   string          `json:"queue"`
+	Kind    string          `json:"kind"`
+	Attempt int             `json:"attempt"`
+	At      time.Time       `json:"at"`
+}
+
+func jobEventOf(e queue.EventInfo) jobEvent {
+	return jobEvent{ID: e.ID, JobID: e.JobID, Type: e.Type, Queue: e.Queue, Kind: e.Kind, Attempt: e.Attempt, At: e.At}
+}
+
+// sample is one second of the sparkline.
+type sample struct {
+	At        int64   `json:"at"` // unix seconds
+	Succeeded int     `json:"succeeded"`
+	Failed    int     `json:"failed"`
+	LatencyMS float64 `json:"latency_ms"` // median enqueue-to-success of the second's jobs; 0: none
+	lat       []float64
+}
+
+// statsMessage is the "stats" event's data.
+type statsMessage struct {
+	Queues  []queue.QueueStat `json:"queues"`
+	Samples []sample          `json:"samples"`
+	At      time.Time         `json:"at"`
+}
+
+// hub reads the event log after every notification and fans events and
+// counters out to the open streams.
+type hub struct {
+	cfg    Config
+	client *queue.Client
+	log    *zap.Logger
+	kick   chan struct{}
+
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	low     int64               // every event id <= low was delivered or given up
+	seen    map[int64]bool      // ids above low delivered
+	missing map[int64]time.Time // ids above low skipped, since when
+	maxSeen int64
+	ready   bool
+	stats   []byte // the last stats message
+	samples []sample
+	enqAt   map[int64]time.Time // enqueue times of recent jobs, for latency
+	lastSt  time.Time
+	statsQ  int // QueueStats calls, for tests and docs
+	tailQ   int // event log reads
+}
+
+func newHub(cfg Config) *hub {
+	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1),
+		subs: map[*subscriber]struct{}{}, seen: map[int64]bool{}, missing: map[int64]time.Time{}, enqAt: map[int64]time.Time{}}
+}
+
+func (h *hub) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run registers the watcher, listens and tails until ctx is done.
+func (h *hub) run(ctx context.Context) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := "ui-" + hex.EncodeToString(b[:])
+	if err := h.client.WatchEvents(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = h.client.UnwatchEvents(uctx, id)
+	}()
+	if h.cfg.Listener != nil {
+		unsub, err := h.cfg.Listener.Subscribe(queue.EventsChannel(h.client.Schema()), func(notify.Event) { h.poke() })
+		if err != nil {
+			return err
+		}
+		defer unsub()
+	}
+	last, err := h.client.LastEventID(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	h.mu.Lock()
+	h.low, h.maxSeen, h.ready = last, last, true
+	h.mu.Unlock()
+	h.refreshStats(ctx)
+
+	heartbeat := time.NewTicker(heartbeatInterval)
+	defer heartbeat.Stop()
+	refresh := time.NewTicker(h.cfg.RefreshInterval)
+	defer refresh.Stop()
+	var statsTimer <-chan time.Time
+	var lastTail time.Time
+	gapCheck := time.NewTicker(250 * time.Millisecond)
+	defer gapCheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.closeAll()
+			return nil
+		case <-heartbeat.C:
+			if err := h.client.WatchEvents(ctx, id); err != nil && ctx.Err() == nil {
+				h.log.Warn("watcher heartbeat failed", zap.Error(err))
+			}
+			continue
+		case <-refresh.C:
+			h.poke() // a missed notification costs at most this long
+			h.refreshStats(ctx)
+			continue
+		case <-statsTimer:
+			statsTimer = nil
+			h.refreshStats(ctx)
+			continue
+		case <-gapCheck.C:
+			h.mu.Lock()
+			gaps := len(h.missing) > 0
+			h.mu.Unlock()
+			if !gaps {
+				continue
+			}
+		case <-h.kick:
+		}
+		// Notifications in a burst share one read.
+		if d := tailMinInterval - time.Since(lastTail); d > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(d):
+			}
+			select {
+			case <-h.kick:
+			default:
+			}
+		}
+		lastTail = time.Now()
+		n, err := h.tail(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("reading the event log failed", zap.Error(err))
+			}
+			continue
+		}
+		if n > 0 && statsTimer == nil {
+			wait := h.cfg.StatsMinInterval - time.Since(h.lastStatsAt())
+			if wait <= 0 {
+				h.refreshStats(ctx)
+			} else {
+				statsTimer = time.After(wait)
+			}
+		}
+	}
+}
+
+func (h *hub) lastStatsAt() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastSt
+}
+
+// tail reads the events after the highest id seen and the skipped ids,
+// delivers the new ones and advances the resume point. It returns how many
+// it delivered.
+func (h *hub) tail(ctx context.Context) (int, error) {
+	h.mu.Lock()
+	after := h.maxSeen
+	var missing []int64
+	for id := range h.missing {
+		missing = append(missing, id)
+	}
+	h.tailQ++
+	h.mu.Unlock()
+	var evs []queue.EventInfo
+	for {
+		page, err := h.client.EventsAfter(ctx, after, queue.MaxJobListLimit)
+		if err != nil {
+			return 0, err
+		}
+		evs = append(evs, page...)
+		if len(page) < queue.MaxJobListLimit {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		if len(missing) > queue.MaxJobListLimit {
+			missing = missing[:queue.MaxJobListLimit]
+		}
+		late, err := h.client.EventsByID(ctx, missing)
+		if err != nil {
+			return 0, err
+		}
+		evs = append(evs, late...)
+	}
+	return h.deliver(evs, time.Now()), nil
+}
+
+// deliver sends the events not delivered yet, each with the resume point
+// valid before it, then a mark with the new resume point.
+func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev := h.low
+	n := 0
+	for _, e := range evs {
+		if e.ID <= h.low || h.seen[e.ID] {
+			continue
+		}
+		if e.ID-h.maxSeen <= maxGap {
+			for id := h.maxSeen + 1; id < e.ID; id++ {
+				h.missing[id] = now
+			}
+		}
+		delete(h.missing, e.ID)
+		h.seen[e.ID] = true
+		h.maxSeen = max(h.maxSeen, e.ID)
+		h.sample(e)
+		data, _ := json.Marshal(jobEventOf(e))
+		h.broadcast(message{event: "job", id: prev, hasID: true, data: data, evID: e.ID})
+		n++
+	}
+	// Give up skipped ids past the timeout: rolled back, or a transaction
+	// open too long (pages show it on reload).
+	for id, since := range h.missing {
+		if now.Sub(since) > gapTimeout {
+			delete(h.missing, id)
+		}
+	}
+	for h.low < h.maxSeen {
+		if _, wait := h.missing[h.low+1]; wait {
+			break
+		}
+		delete(h.seen, h.low+1)
+		h.low++
+	}
+	if h.low != prev {
+		h.broadcast(message{event: "mark", id: h.low, hasID: true, data: []byte("{}")})
+	}
+	return n
+}
+
+// sample counts e into its second's sparkline sample. Held under h.mu.
+func (h *hub) sample(e queue.EventInfo) {
+	switch e.Type {
+	case queue.EventEnqueued:
+		if len(h.enqAt) > 100000 {
+			clear(h.enqAt)
+		}
+		h.enqAt[e.JobID] = e.At
+		return
+	case queue.EventSucceeded, queue.EventFailed:
+	default:
+		return
+	}
+	sec := e.At.Unix()
+	i := len(h.samples) - 1
+	if i < 0 || h.samples[i].At < sec {
+		h.samples = append(h.samples, sample{At: sec})
+		if len(h.samples) > 120 {
+			h.samples = slices.Delete(h.samples, 0, len(h.samples)-120)
+		}
+		i = len(h.samples) - 1
+	} else {
+		for i > 0 && h.samples[i].At > sec {
+			i--
+		}
+		if h.samples[i].At != sec {
+			return // older than the window's gaps: not worth inserting
+		}
+	}
+	s := &h.samples[i]
+	if e.Type == queue.EventFailed {
+		s.Failed++
+		return
+	}
+	s.Succeeded++
+	if t, ok := h.enqAt[e.JobID]; ok {
+		s.lat = append(s.lat, float64(e.At.Sub(t).Microseconds())/1000)
+		delete(h.enqAt, e.JobID)
+		l := slices.Clone(s.lat)
+		slices.Sort(l)
+		s.LatencyMS = l[len(l)/2]
+	}
+}
+
+// refreshStats reads the counters and pushes them to every stream.
+func (h *hub) refreshStats(ctx context.Context) {
+	st, err := h.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit})
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn("reading queue stats failed", zap.Error(err))
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.statsQ++
+	h.lastSt = time.Now()
+	data, _ := json.Marshal(statsMessage{Queues: st, Samples: slices.Clone(h.samples), At: time.Now()})
+	h.stats = data
+	h.broadcast(message{event: "stats", data: data})
+}
+
+// broadcast sends m to every stream; a stream that fell behind is dropped
+// (its page reconnects and resumes from the event log). Held under h.mu.
+func (h *hub) broadcast(m message) {
+	for s := range h.subs {
+		select {
+		case s.ch <- m:
+		default:
+			delete(h.subs, s)
+			close(s.gone)
+		}
+	}
+}
+
+// subscribe opens a stream: it returns the subscriber, the resume point
+// as of now and the last stats message.
+func (h *hub) subscribe() (*subscriber, int64, []byte, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
+	h.subs[s] = struct{}{}
+	return s, h.low, h.stats, h.ready
+}
+
+// resumePoint is the current resume point, -1 before the feed started.
+func (h *hub) resumePoint() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ready {
+		return -1
+	}
+	return h.low
+}
+
+func (h *hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		close(s.gone)
+	}
+}
+
+func (h *hub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		delete(h.subs, s)
+		close(s.gone)
+	}
+}
+
+// counts returns how many QueueStats and event log reads the hub made.
+func (h *hub) counts() (stats, tails int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.statsQ, h.tailQ
+}

@@ -1,0 +1,142 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pgwake/pgwake/queue"
+)
+
+// maxReplay is the most events a reconnecting page is sent from the event
+// log; further behind, it is told to reload.
+const maxReplay = 20000
+
+// events is the server-sent event stream. Messages:
+//
+//	event: job    one event of the log (jobEvent), id: the resume point
+//	event: mark   the resume point moved (id)
+//	event: stats  the counters and sparkline samples (statsMessage), no id
+//	event: reload the page is too far behind: reload it
+//
+// A page's first connect passes ?after=N, the resume point when the page
+// was read, so that what committed between the read and the connect comes
+// too.
+// A page that reconnects sends Last-Event-ID (the browser does) and gets
+// every event after it from the event log, then the live ones; it may see
+// an event twice and drops repeats by event id.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	var from int64
+	resume := false
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("after") // a page's first connect: the resume point it was read at
+	}
+	if v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			http.Error(w, "bad Last-Event-ID", http.StatusBadRequest)
+			return
+		}
+		from, resume = n, true
+	}
+	sub, low, stats, _ := h.hub.subscribe()
+	defer h.hub.unsubscribe(sub)
+
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(m message) bool {
+		if m.hasID {
+			_, _ = fmt.Fprintf(w, "id: %d\n", m.id)
+		}
+		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", m.event, m.data)
+		return err == nil
+	}
+	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
+	if stats != nil {
+		write(message{event: "stats", data: stats})
+	}
+	ctx := r.Context()
+	sent := map[int64]bool{} // replayed ids above the hub's resume point
+	switch {
+	case resume && from < low:
+		after, n := from, 0
+		for {
+			evs, err := h.client.EventsAfter(ctx, after, queue.MaxJobListLimit)
+			if err != nil {
+				return
+			}
+			for _, e := range evs {
+				data, _ := json.Marshal(jobEventOf(e))
+				if !write(message{event: "job", id: min(e.ID, low), hasID: true, data: data, evID: e.ID}) {
+					return
+				}
+				if e.ID > low {
+					sent[e.ID] = true
+				}
+				after = e.ID
+			}
+			n += len(evs)
+			if len(evs) < queue.MaxJobListLimit {
+				break
+			}
+			if n >= maxReplay {
+				write(message{event: "reload", data: []byte("{}")})
+				fl.Flush()
+				return
+			}
+		}
+		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
+	case !resume:
+		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
+	case resume && from > low:
+		from = low // a resume point from another process or before a restart
+	}
+	fl.Flush()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.gone:
+			return // fell behind: the page reconnects and resumes
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+		case m := <-sub.ch:
+			if m.event == "job" && (m.evID <= from || sent[m.evID]) {
+				continue
+			}
+			if !write(m) {
+				return
+			}
+		}
+		// Write what is queued before flushing once.
+		for more := true; more; {
+			select {
+			case m := <-sub.ch:
+				if m.event == "job" && (m.evID <= from || sent[m.evID]) {
+					continue
+				}
+				if !write(m) {
+					return
+				}
+			default:
+				more = false
+			}
+		}
+		fl.Flush()
+	}
+}
