@@ -8,11 +8,11 @@ import (
 	"math"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
@@ -46,8 +46,11 @@ type PublisherConfig struct {
 	// Registerer gets pgwake_queue_enqueued_total (one per message and
 	// consumer group, by queue). Default: none.
 	Registerer prometheus.Registerer
-	// Logger gets the publisher's logs. Default zap.NewNop().
-	Logger *zap.Logger
+	// Logger gets the publisher's logs (and those of the queue client it
+	// enqueues with); payloads are never logged. Use ZapLogger for a
+	// *zap.Logger. Default: watermill.NewStdLogger(false, false), info and
+	// errors to stderr.
+	Logger watermill.LoggerAdapter
 }
 
 // Publisher is a message.Publisher that enqueues one pgwake job per message
@@ -80,7 +83,7 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 		cfg.MaxJobBytes = 1 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = defaultLogger()
 	}
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("%w: MaxAttempts %d is below 1", ErrInvalidConfig, cfg.MaxAttempts)
@@ -90,7 +93,7 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 		MaxAttempts:     cfg.MaxAttempts,
 		MaxPayloadBytes: cfg.MaxJobBytes,
 		Registerer:      cfg.Registerer,
-		Logger:          cfg.Logger,
+		Logger:          zapFor(cfg.Logger),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,9 +77,11 @@ type SubscriberConfig struct {
 	// retry for a Nack, handler time, wait, claims by source; queue depth)
 	// and the listener's, labelled by queue (wm.<topic>...). Default: none.
 	Registerer prometheus.Registerer
-	// Logger gets the subscriber's logs; payloads are never logged. Default
-	// zap.NewNop().
-	Logger *zap.Logger
+	// Logger gets the subscriber's logs (and those of the queue workers and
+	// listener under it); payloads are never logged. Use ZapLogger for a
+	// *zap.Logger. Default: watermill.NewStdLogger(false, false), info and
+	// errors to stderr.
+	Logger watermill.LoggerAdapter
 }
 
 // Subscriber is a message.Subscriber that delivers the messages of a topic's
@@ -87,7 +90,8 @@ type SubscriberConfig struct {
 type Subscriber struct {
 	pool     *pgxpool.Pool
 	cfg      SubscriberConfig
-	log      *zap.Logger
+	log      watermill.LoggerAdapter
+	zlog     *zap.Logger // log, for the queue and notify packages
 	register string // SQL
 
 	mu        sync.Mutex
@@ -129,7 +133,7 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 		cfg.MaxBatch = 1
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = defaultLogger()
 	}
 	if err := migrations.ValidateSchema(cfg.Schema); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -152,7 +156,8 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	return &Subscriber{
 		pool: pool,
 		cfg:  cfg,
-		log:  cfg.Logger.Named("watermill"),
+		log:  cfg.Logger,
+		zlog: zapFor(cfg.Logger),
 		register: `INSERT INTO ` + sqlident.Quote(cfg.Schema, "watermill_subscriptions") +
 			` (topic, consumer_group, queue) VALUES ($1, $2, $3) ON CONFLICT (topic, consumer_group) DO NOTHING`,
 		subs: map[*subscription]struct{}{},
@@ -260,7 +265,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		Listener:        listener,
 		Retention:       s.cfg.Retention,
 		Registerer:      s.cfg.Registerer,
-		Logger:          s.cfg.Logger,
+		Logger:          s.zlog,
 	})
 	if err != nil {
 		sub.cancel()
@@ -272,7 +277,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.running.Done()
 		defer close(sub.out)
 		if err := client.Run(sub.ctx); err != nil {
-			s.log.Error("subscription stopped", zap.String("topic", topic), zap.Error(err))
+			s.log.Error("pgwake: subscription stopped", err, watermill.LogFields{"topic": topic})
 		}
 		sub.cancel()
 		s.mu.Lock()
@@ -295,7 +300,7 @@ func (s *Subscriber) startListener() (*notify.Listener, error) {
 	if cc == nil {
 		cc = s.pool.Config().ConnConfig
 	}
-	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.cfg.Logger, Registerer: s.cfg.Registerer})
+	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.zlog, Registerer: s.cfg.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: start listener: %w", err)
 	}
@@ -370,7 +375,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job) error {
 	msg, err := decode(job.Payload)
 	if err != nil {
-		sub.s.log.Error("undecodable message job", zap.Int64("job_id", job.ID), zap.String("queue", job.Queue), zap.Error(err))
+		sub.s.log.Error("pgwake: undecodable message job", err, watermill.LogFields{"job_id": job.ID, "queue": job.Queue})
 		return err
 	}
 	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, tx))
