@@ -92,7 +92,7 @@ type Subscriber struct {
 	cfg      SubscriberConfig
 	log      watermill.LoggerAdapter
 	zlog     *zap.Logger // log, for the queue and notify packages
-	register string // SQL
+	register string      // SQL
 
 	mu        sync.Mutex
 	closed    bool
