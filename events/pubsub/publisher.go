@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -201,15 +202,20 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message) ([]queue.NewJ
 		return nil, err
 	}
 	jobs := make([]queue.NewJob, len(msgs))
+	now := time.Now()
 	for i, m := range msgs {
 		b, err := encode(i, topic, m)
 		if err != nil {
 			return nil, err
 		}
+		due, err := runAfter(m, now)
+		if err != nil {
+			return nil, &MessageError{Index: i, UUID: m.UUID, Err: err}
+		}
 		if len(b) > p.cfg.MaxJobBytes {
 			return nil, &MessageError{Index: i, UUID: m.UUID, Err: fmt.Errorf("%w: %d bytes stored, the limit is %d (PublisherConfig.MaxJobBytes)", queue.ErrPayloadTooLarge, len(b), p.cfg.MaxJobBytes)}
 		}
-		jobs[i] = queue.NewJob{Kind: Kind, Payload: json.RawMessage(b)}
+		jobs[i] = queue.NewJob{Kind: Kind, Payload: json.RawMessage(b), RunAfter: due}
 	}
 	return jobs, nil
 }
