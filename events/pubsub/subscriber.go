@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +37,25 @@ type SubscriberConfig struct {
 	// again (to any subscriber of the group). Default 100ms; a negative
 	// value means at once.
 	NackBackoff time.Duration
+	// RetryPolicy returns how long a Nacked message (or one whose
+	// AckTimeout passed) waits before it is delivered again; it sees the job
+	// (Attempt is the delivery that was Nacked, MaxAttempts the publisher's)
+	// and the error (ErrNacked for a Nack). A negative delay ends the
+	// message's deliveries at once, as exhausting MaxAttempts does. It is
+	// also asked, with ErrNacked, when a message is handed out, to know
+	// whether a Nack would be its last (see PoisonTopic), so it should
+	// depend only on its arguments. Default: NackBackoff for every attempt.
+	RetryPolicy queue.RetryPolicy
+	// PoisonTopic, when set, receives a message whose last delivery is
+	// Nacked (its attempts are exhausted, or RetryPolicy gave up): it is
+	// published to PoisonTopic in the transaction that completes its job,
+	// with the metadata of Watermill's PoisonQueue middleware
+	// (ReasonPoisonedKey, PoisonedTopicKey), so
+	// that one consumer serves both. What the handler wrote through
+	// TxFromContext on that delivery rolls back. Default "": the message's
+	// job ends failed, kept for Retention's failed period, and can be put
+	// back with queue.Client.Retry.
+	PoisonTopic string
 	// AckTimeout bounds the time from delivery to Ack or Nack: after it the
 	// message's context is cancelled and it counts as Nacked. Default 0: no
 	// limit.
@@ -92,6 +113,7 @@ type Subscriber struct {
 	cfg      SubscriberConfig
 	log      watermill.LoggerAdapter
 	zlog     *zap.Logger // log, for the queue and notify packages
+	poison   *Publisher  // to PoisonTopic; nil without one
 	register string      // SQL
 
 	mu        sync.Mutex
@@ -147,17 +169,34 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	if cfg.CloseTimeout < 0 {
 		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
 	}
+	if cfg.PoisonTopic != "" {
+		if err := ValidateTopic(cfg.PoisonTopic); err != nil {
+			return nil, fmt.Errorf("%w: PoisonTopic: %w", ErrInvalidConfig, err)
+		}
+	}
 	if cfg.MaxBatch < 1 || cfg.MaxBatch > queue.MaxMaxBatch {
 		return nil, fmt.Errorf("%w: MaxBatch %d is outside 1..%d", ErrInvalidConfig, cfg.MaxBatch, queue.MaxMaxBatch)
 	}
 	if cfg.PollInterval < queue.MinPollInterval {
 		return nil, fmt.Errorf("%w: PollInterval %s is below %s", ErrInvalidConfig, cfg.PollInterval, queue.MinPollInterval)
 	}
+	var poison *Publisher
+	if cfg.PoisonTopic != "" {
+		var err error
+		if poison, err = NewPublisher(pool, PublisherConfig{Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.RetryPolicy == nil {
+		backoff := cfg.NackBackoff
+		cfg.RetryPolicy = func(*queue.Job, error) time.Duration { return backoff }
+	}
 	return &Subscriber{
-		pool: pool,
-		cfg:  cfg,
-		log:  cfg.Logger,
-		zlog: zapFor(cfg.Logger),
+		pool:   pool,
+		poison: poison,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		zlog:   zapFor(cfg.Logger),
 		register: `INSERT INTO ` + sqlident.Quote(cfg.Schema, "watermill_subscriptions") +
 			` (topic, consumer_group, queue) VALUES ($1, $2, $3) ON CONFLICT (topic, consumer_group) DO NOTHING`,
 		subs: map[*subscription]struct{}{},
@@ -236,7 +275,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	sub := &subscription{s: s, topic: topic, queue: q, out: make(chan *message.Message)}
 	sub.ctx, sub.cancel = context.WithCancel(ctx)
-	backoff := s.cfg.NackBackoff
 	jobTimeout := s.cfg.AckTimeout
 	if jobTimeout == 0 {
 		jobTimeout = -1
@@ -261,7 +299,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		JobTimeout:      jobTimeout,
 		PollInterval:    s.cfg.PollInterval,
 		ShutdownTimeout: s.cfg.CloseTimeout + 10*time.Second,
-		Backoff:         func(int) time.Duration { return backoff },
+		RetryPolicies:   map[string]queue.RetryPolicy{Kind: s.cfg.RetryPolicy},
 		Listener:        listener,
 		Retention:       s.cfg.Retention,
 		Registerer:      s.cfg.Registerer,
@@ -370,17 +408,54 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
+// Metadata keys pgwake sets on every delivered message.
+const (
+	// AttemptKey is the delivery's attempt number, from 1: 1 on the first
+	// delivery, one more after each Nack, ack timeout or lost delivery.
+	AttemptKey = "pgwake_attempt"
+	// MaxAttemptsKey is how many deliveries the message gets in all
+	// (PublisherConfig.MaxAttempts).
+	MaxAttemptsKey = "pgwake_max_attempts"
+)
+
+// Metadata keys of a message published to SubscriberConfig.PoisonTopic: the
+// keys of Watermill's PoisonQueue middleware (middleware.ReasonForPoisonedKey
+// and middleware.PoisonedTopicKey), so one consumer reads both.
+const (
+	ReasonPoisonedKey = "reason_poisoned"
+	PoisonedTopicKey  = "topic_poisoned"
+)
+
 // handle is the queue handler: it hands the message out and waits for its
-// Ack (nil: the job completes) or Nack (an error: the job is retried).
+// Ack (nil: the job completes) or Nack (an error: the job is retried, or on
+// its last attempt fails or goes to the poison topic).
 func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job) error {
 	msg, err := decode(job.Payload)
 	if err != nil {
 		sub.s.log.Error("pgwake: undecodable message job", err, watermill.LogFields{"job_id": job.ID, "queue": job.Queue})
 		return err
 	}
-	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, tx))
+	msg.Metadata.Set(AttemptKey, strconv.Itoa(job.Attempt))
+	msg.Metadata.Set(MaxAttemptsKey, strconv.Itoa(job.MaxAttempts))
+	// On a delivery whose Nack would be the last, the handler's writes go
+	// behind a savepoint of their own: a Nack rolls them back and the
+	// poison message commits with the job.
+	htx, last := tx, false
+	if sub.s.poison != nil && sub.s.lastAttempt(job) {
+		if htx, err = tx.Begin(hctx); err != nil {
+			return fmt.Errorf("pubsub: savepoint before the last delivery: %w", err)
+		}
+		last = true
+	}
+	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, htx))
 	defer cancel()
 	msg.SetContext(mctx)
+	nacked := func() error {
+		if !last {
+			return ErrNacked
+		}
+		return sub.toPoison(hctx, tx, htx, job)
+	}
 
 	select {
 	case sub.out <- msg:
@@ -393,7 +468,7 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		return nacked()
 	case <-sub.ctx.Done():
 	case <-hctx.Done():
 	}
@@ -406,11 +481,44 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		if hctx.Err() != nil {
+			return ErrNacked
+		}
+		return nacked()
 	case <-t.C:
 	}
 	if hctx.Err() != nil {
 		return context.Cause(hctx)
 	}
 	return errClosing
+}
+
+// lastAttempt reports whether a Nack of this delivery of job ends its
+// deliveries.
+func (s *Subscriber) lastAttempt(job *queue.Job) bool {
+	return job.Attempt >= job.MaxAttempts || s.cfg.RetryPolicy(job, ErrNacked) < 0
+}
+
+// toPoison rolls back the handler's writes (htx, a savepoint in tx) and
+// publishes the job's message, as published, to the poison topic in tx,
+// which commits with the job's completion.
+func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queue.Job) error {
+	if err := htx.Rollback(ctx); err != nil {
+		return fmt.Errorf("pubsub: roll back the handler's writes before poisoning: %w", err)
+	}
+	msg, err := decode(job.Payload)
+	if err != nil {
+		return err
+	}
+	// The delay is the original's, long past.
+	delete(msg.Metadata, delay.DelayedUntilKey)
+	delete(msg.Metadata, delay.DelayedForKey)
+	msg.Metadata.Set(ReasonPoisonedKey, fmt.Sprintf("%v on attempt %d of %d", ErrNacked, job.Attempt, job.MaxAttempts))
+	msg.Metadata.Set(PoisonedTopicKey, sub.topic)
+	msg.Metadata.Set(AttemptKey, strconv.Itoa(job.Attempt))
+	if err := sub.s.poison.PublishTx(ctx, tx, sub.s.cfg.PoisonTopic, msg); err != nil {
+		return fmt.Errorf("pubsub: publish to poison topic %q: %w", sub.s.cfg.PoisonTopic, err)
+	}
+	sub.s.log.Info("pgwake: message poisoned", watermill.LogFields{"job_id": job.ID, "topic": sub.topic, "poison_topic": sub.s.cfg.PoisonTopic, "attempt": job.Attempt})
+	return nil
 }
