@@ -77,6 +77,21 @@ type SubscriberConfig struct {
 	// for each claimed message not yet handed out. At most
 	// queue.MaxMaxBatch (64).
 	MaxBatch int
+	// Leased runs the subscriptions' message jobs in the queue's leased mode
+	// (queue.Config.LeasedKinds): the claim commits at once (the job is
+	// running, its attempt counted, under a lease of LeaseDuration that a
+	// heartbeat extends), and while the message is out no connection or
+	// transaction is held. For handlers that take long (a held transaction
+	// pins the vacuum horizon) or wait on something else. TxFromContext then
+	// begins a transaction on first use, which commits with the Ack. A
+	// subscriber process that dies leaves the message to be delivered again
+	// once its lease expires. MaxBatch does not apply. Default false: the
+	// claim transaction stays open until Ack or Nack.
+	Leased bool
+	// LeaseDuration is the lease of a Leased subscription's message.
+	// Default queue.DefaultLeaseDuration (30s); at least
+	// queue.MinLeaseDuration.
+	LeaseDuration time.Duration
 	// PollInterval is the longest a subscription waits without looking at
 	// the database when no notification arrives. Default 2s.
 	PollInterval time.Duration
@@ -168,6 +183,9 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	}
 	if cfg.CloseTimeout < 0 {
 		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
+	}
+	if cfg.LeaseDuration != 0 && cfg.LeaseDuration < queue.MinLeaseDuration {
+		return nil, fmt.Errorf("%w: LeaseDuration %s is below %s", ErrInvalidConfig, cfg.LeaseDuration, queue.MinLeaseDuration)
 	}
 	if cfg.PoisonTopic != "" {
 		if err := ValidateTopic(cfg.PoisonTopic); err != nil {
@@ -291,7 +309,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		sub.cancel()
 		return nil, err
 	}
+	var leased []string
+	if s.cfg.Leased {
+		leased = []string{Kind}
+	}
 	client, err := queue.New(s.pool, queue.Config{
+		LeasedKinds:     leased,
+		LeaseDuration:   s.cfg.LeaseDuration,
 		Schema:          s.cfg.Schema,
 		Queues:          map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
 		MaxBatch:        s.cfg.MaxBatch,
