@@ -16,7 +16,8 @@
 // Topics and consumer groups map to queue names by QueueName; see
 // docs/watermill.md for the rule, the consumer-group semantics and the
 // delivery guarantees (at-least-once; order only for one subscriber without
-// Nacks). The tables come from package migrations (0003).
+// Nacks). The tables and the publish function come from package migrations
+// (0003, 0016).
 //
 // The core queue package does not import this one.
 package pubsub

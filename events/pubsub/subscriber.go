@@ -26,7 +26,7 @@ import (
 // SubscriberConfig configures a Subscriber. The zero value is usable.
 type SubscriberConfig struct {
 	// Schema holds pgwake's tables, migrated with migrations.Up (0003 or
-	// later). Default "pgwake".
+	// later; 0016 or later with PoisonTopic). Default "pgwake".
 	Schema string
 	// ConsumerGroup names the group this subscriber's subscriptions belong
 	// to. Every group of a topic gets every message published after the
