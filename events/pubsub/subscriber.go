@@ -34,8 +34,8 @@ type SubscriberConfig struct {
 	// "": the default group.
 	ConsumerGroup string
 	// NackBackoff is how long a Nacked message waits before it is delivered
-	// again (to any subscriber of the group). Default 100ms; a negative
-	// value means at once.
+	// again (to any subscriber of the group), when RetryPolicy is nil.
+	// Default 100ms; a negative value means at once.
 	NackBackoff time.Duration
 	// RetryPolicy returns how long a Nacked message (or one whose
 	// AckTimeout passed) waits before it is delivered again; it sees the job
@@ -74,9 +74,9 @@ type SubscriberConfig struct {
 	// that many (the batch is sized to about 2ms of handler time; slow
 	// handlers get one per claim) and commits them together after the last
 	// one is acknowledged: several times the throughput on a backlog
-	// (docs/watermill.md). The price: publish order no longer holds (a
-	// batch claimed while another waits may be handed out first; Watermill's
-	// TestPublishSubscribeInOrder fails with 32), an Ack (and what the
+	// (docs/watermill.md). The price: publish order no longer holds
+	// (Watermill's TestPublishSubscribeInOrder fails with 32: messages come
+	// shifted by about a batch), an Ack (and what the
 	// handler wrote through TxFromContext) commits only with the rest of its
 	// batch, messages claimed behind one that is still out are held (locked)
 	// meanwhile, and a crash redelivers the whole batch. Closing mid-batch
