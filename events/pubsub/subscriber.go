@@ -173,7 +173,7 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 		cfg.PollInterval = 2 * time.Second
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 1
+		cfg.MaxBatch = queue.DefaultMaxBatch
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = defaultLogger()
