@@ -65,23 +65,23 @@ type SubscriberConfig struct {
 	// out, after cancelling its context, before rolling its transaction back
 	// (the message is then delivered again). Default 1s.
 	CloseTimeout time.Duration
-	// MaxBatch is how many messages one claim transaction may take. 1 (the
-	// default) claims one message at a time: its Ack commits at once, the
-	// members of a group compete message by message, and one subscriber
-	// without Nacks receives a topic's messages in publish order
-	// (TestOrderWithDefaultConfig runs Watermill's order tests). Above 1,
-	// when handlers are fast and messages are waiting, pgwake claims up to
-	// that many (the batch is sized to about 2ms of handler time; slow
-	// handlers get one per claim) and commits them together after the last
-	// one is acknowledged: several times the throughput on a backlog
-	// (docs/watermill.md). The price: publish order no longer holds
-	// (Watermill's TestPublishSubscribeInOrder fails with 32: messages come
-	// shifted by about a batch), an Ack (and what the
-	// handler wrote through TxFromContext) commits only with the rest of its
-	// batch, messages claimed behind one that is still out are held (locked)
-	// meanwhile, and a crash redelivers the whole batch. Closing mid-batch
-	// counts an attempt for each claimed message not yet handed out. At most
-	// queue.MaxMaxBatch (64). Ignored with Leased.
+	// MaxBatch is how many messages one claim transaction may take. When
+	// handlers are fast and messages are waiting, pgwake claims up to that
+	// many (the batch is sized to about 2ms of handler time; slow handlers
+	// get one per claim), hands them out one at a time in publish order, and
+	// commits them together after the last one is acknowledged: several
+	// times the throughput of one message per transaction on a backlog
+	// (docs/watermill.md). One subscriber without Nacks still receives a
+	// topic's messages in publish order (TestOrderWithDefaultConfig runs
+	// Watermill's order tests on the default config). The price: an Ack (and
+	// what the handler wrote through TxFromContext) commits only with the
+	// rest of its batch, messages claimed behind one that is still out are
+	// held (locked) meanwhile, so the members of a group compete batch by
+	// batch, and a crash or lost connection redelivers the whole batch.
+	// Closing mid-batch counts an attempt for each claimed message not yet
+	// handed out. 1 claims one message at a time: its Ack commits at once.
+	// Default queue.DefaultMaxBatch (32); at most queue.MaxMaxBatch (64).
+	// Ignored with Leased.
 	MaxBatch int
 	// Leased runs the subscriptions' message jobs in the queue's leased mode
 	// (queue.Config.LeasedKinds): the claim commits at once (the job is
