@@ -76,15 +76,24 @@ const lateRate = 100
 // BenchmarkDelayedLateness publishes b.N messages (at least 200) with
 // delays spread evenly from 0.5s on, lateRate a second, in one Publish, and reports how late after its delay each is
 // received, p50 and p99 (lateness-p50-ms, lateness-p99-ms): one subscriber,
-// handlers that ack at once.
+// handlers that ack at once; with the default MaxBatch and with 1.
 //
 //	go test -run '^$' -bench DelayedLateness -benchtime 300x -count 3 ./events/pubsub/
 func BenchmarkDelayedLateness(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		maxBatch int
+	}{{"default", 0}, {"MaxBatch1", 1}} {
+		b.Run(c.name, func(b *testing.B) { benchmarkLateness(b, c.maxBatch) })
+	}
+}
+
+func benchmarkLateness(b *testing.B, maxBatch int) {
 	pool, schema := newSchema(b)
 	pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{Schema: schema, Logger: watermill.NopLogger{}})
 	require.NoError(b, err)
 	defer pub.Close()
-	sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{Schema: schema, Logger: watermill.NopLogger{}})
+	sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{Schema: schema, MaxBatch: maxBatch, Logger: watermill.NopLogger{}})
 	require.NoError(b, err)
 	defer sub.Close()
 	ch, err := sub.Subscribe(context.Background(), "late")
