@@ -253,6 +253,15 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []Enq
 	return results, nil
 }
 
+// CountEnqueued adds n jobs of kind on queue to pgwake_queue_enqueued_total,
+// for jobs this process inserted with a statement of its own (the Watermill
+// publisher's fan-out function) rather than with Enqueue.
+func (c *Client) CountEnqueued(queue, kind string, n int) {
+	for range n {
+		c.metrics.countEnqueued(queue, kind)
+	}
+}
+
 // Cancel marks a pending job cancelled (with a cancelled event). A job this
 // client has claimed but not started is skipped and recorded cancelled by its
 // batch, without waiting for the batch's other jobs. A job whose handler is

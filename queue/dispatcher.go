@@ -38,6 +38,10 @@ type queueLoop struct {
 
 	// avgNanos is a moving average of handler run time, for the batch size.
 	avgNanos atomic.Int64
+	// rewind is set when a batch put claimed jobs back (cut short, or its
+	// transaction lost): they lie before the claim cursor, so the next claim
+	// starts at the head again and they keep their place in claim order.
+	rewind atomic.Bool
 
 	handlers sync.WaitGroup
 
@@ -160,6 +164,9 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	n := 1
 	if s.source == sourceBusy || len(l.slots) == cap(l.slots) {
 		n = l.batchSize()
+	}
+	if l.rewind.Swap(false) {
+		s.cursor = nil
 	}
 	var after *claimCursor
 	if s.source == sourceBusy && s.cursor != nil && s.sinceHead < headEvery {

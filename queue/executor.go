@@ -71,6 +71,7 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 	if err != nil {
 		b.stop()
 		b.release()
+		l.rewind.Store(true)
 		l.log.Warn("could not record that attempts started; the jobs stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
 		l.wake(sourceReleased, 0)
 		return
@@ -91,6 +92,7 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 				c.report(l, r)
 			}
 			if len(unstarted) > 0 {
+				l.rewind.Store(true)
 				l.wake(sourceBusy, 0) // released by the commit: claim them again now
 			}
 			return
@@ -98,6 +100,7 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		run.broken = fmt.Errorf("commit failed: %w", err)
 	}
 	b.release()
+	l.rewind.Store(true)
 	c.afterLostTx(rctx, l, run, unstarted)
 }
 

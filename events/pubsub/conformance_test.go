@@ -118,3 +118,40 @@ func TestWatermillConformance(t *testing.T) {
 		c.pubSub,
 	)
 }
+
+// TestOrderWithDefaultConfig runs the suite's order tests, which
+// TestWatermillConformance skips (GuaranteedOrder is not declared: a Nack
+// reorders, and a group's subscribers compete), against one subscriber
+// with the default SubscriberConfig (MaxBatch included): without Nacks, one
+// subscriber receives a topic's messages in publish order, one at a time.
+func TestOrderWithDefaultConfig(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	c := &conformance{pool: pool, schemas: map[string]string{}}
+	constructor := func(t *testing.T) (message.Publisher, message.Subscriber) {
+		schema := c.schema(t)
+		pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{Schema: schema})
+		require.NoError(t, err)
+		sub, err := pubsub.NewSubscriber(pool, pubsub.SubscriberConfig{Schema: schema})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = pub.Close()
+			_ = sub.Close()
+		})
+		return pub, sub
+	}
+	features := tests.Features{
+		ConsumerGroups:                      true,
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: true,
+		Persistent:                          true,
+	}
+	for name, fn := range map[string]func(*testing.T, tests.TestContext, tests.PubSubConstructor){
+		"PublishSubscribeInOrder": tests.TestPublishSubscribeInOrder,
+		"NoAck":                   tests.TestNoAck,
+	} {
+		t.Run(name, func(t *testing.T) {
+			fn(t, tests.TestContext{TestID: tests.NewTestID(), Features: features}, constructor)
+		})
+	}
+}

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 // newSchema migrates a fresh schema on the shared pool.
-func newSchema(t *testing.T) (*pgxpool.Pool, string) {
+func newSchema(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)

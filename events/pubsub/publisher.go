@@ -2,17 +2,17 @@ package pubsub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
@@ -32,7 +32,7 @@ const Unlimited = math.MaxInt32
 
 // PublisherConfig configures a Publisher. The zero value is usable.
 type PublisherConfig struct {
-	// Schema holds pgwake's tables, migrated with migrations.Up (0003 or
+	// Schema holds pgwake's tables, migrated with migrations.Up (0016 or
 	// later). Default "pgwake".
 	Schema string
 	// MaxAttempts is how many deliveries a message gets (a Nack, an ack
@@ -46,17 +46,20 @@ type PublisherConfig struct {
 	// Registerer gets pgwake_queue_enqueued_total (one per message and
 	// consumer group, by queue). Default: none.
 	Registerer prometheus.Registerer
-	// Logger gets the publisher's logs. Default zap.NewNop().
-	Logger *zap.Logger
+	// Logger gets the publisher's logs (and those of the queue client it
+	// enqueues with); payloads are never logged. Use ZapLogger for a
+	// *zap.Logger. Default: watermill.NewStdLogger(false, false), info and
+	// errors to stderr.
+	Logger watermill.LoggerAdapter
 }
 
 // Publisher is a message.Publisher that enqueues one pgwake job per message
 // and consumer group. It is safe for concurrent use.
 type Publisher struct {
-	pool   *pgxpool.Pool
-	cfg    PublisherConfig
-	client *queue.Client
-	groups string // SQL: the registered groups of a topic
+	pool       *pgxpool.Pool
+	cfg        PublisherConfig
+	client     *queue.Client
+	publishSQL string // watermill_publish
 
 	mu       sync.RWMutex
 	closed   bool
@@ -80,7 +83,7 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 		cfg.MaxJobBytes = 1 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = defaultLogger()
 	}
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("%w: MaxAttempts %d is below 1", ErrInvalidConfig, cfg.MaxAttempts)
@@ -90,23 +93,25 @@ func NewPublisher(pool *pgxpool.Pool, cfg PublisherConfig) (*Publisher, error) {
 		MaxAttempts:     cfg.MaxAttempts,
 		MaxPayloadBytes: cfg.MaxJobBytes,
 		Registerer:      cfg.Registerer,
-		Logger:          cfg.Logger,
+		Logger:          zapFor(cfg.Logger),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Publisher{
-		pool:   pool,
-		cfg:    cfg,
-		client: client,
-		groups: `SELECT consumer_group, queue FROM ` + sqlident.Quote(cfg.Schema, "watermill_subscriptions") +
-			` WHERE topic = $1 ORDER BY consumer_group`,
+		pool:       pool,
+		cfg:        cfg,
+		client:     client,
+		publishSQL: `SELECT ids, queues FROM ` + sqlident.Quote(cfg.Schema, "watermill_publish") + `($1, $2, $3, $4, $5, $6, $7)`,
 	}, nil
 }
 
-// Publish enqueues msgs on topic in one statement (its own transaction): for
-// every consumer group registered on topic, one job per message, in the
-// order of msgs. With no group registered yet the messages go to the default
+// Publish enqueues msgs on topic in one statement and one round trip (its
+// own transaction; the function watermill_publish of migration 0016 reads
+// the topic's groups and enqueues): for every consumer group registered on
+// topic, one job per message, in the order of msgs. A message with
+// Watermill's delay metadata (package components/delay) is delivered when
+// its delay is due. With no group registered yet the messages go to the default
 // group's queue, so nothing published is dropped. Every message is checked
 // before anything is written; on error nothing is written.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
@@ -114,19 +119,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return ErrClosed
 	}
 	defer p.inFlight.Done()
-	ctx := context.Background()
-	jobs, err := p.prepare(topic, msgs)
-	if err != nil || len(jobs) == 0 {
-		return err
-	}
-	groups, err := p.topicQueues(ctx, p.pool, topic)
-	if err != nil {
-		return err
-	}
-	if _, err := p.client.EnqueueMany(ctx, fanOut(jobs, groups)); err != nil {
-		return fmt.Errorf("pubsub: publish to %q: %w", topic, err)
-	}
-	return nil
+	return p.publish(context.Background(), p.pool, topic, msgs)
 }
 
 // PublishTx is Publish in the caller's transaction: the messages exist, and
@@ -139,18 +132,7 @@ func (p *Publisher) PublishTx(ctx context.Context, tx pgx.Tx, topic string, msgs
 		return ErrClosed
 	}
 	defer p.inFlight.Done()
-	jobs, err := p.prepare(topic, msgs)
-	if err != nil || len(jobs) == 0 {
-		return err
-	}
-	groups, err := p.topicQueues(ctx, tx, topic)
-	if err != nil {
-		return err
-	}
-	if _, err := p.client.EnqueueManyTx(ctx, tx, fanOut(jobs, groups)); err != nil {
-		return fmt.Errorf("pubsub: publish to %q: %w", topic, err)
-	}
-	return nil
+	return p.publish(ctx, tx, topic, msgs)
 }
 
 // WithTx returns a message.Publisher that publishes with PublishTx in tx,
@@ -192,62 +174,64 @@ func (p *Publisher) enter() bool {
 	return true
 }
 
-// prepare validates topic and encodes msgs; the jobs lack their queue.
-func (p *Publisher) prepare(topic string, msgs []*message.Message) ([]queue.NewJob, error) {
-	if err := ValidateTopic(topic); err != nil {
-		return nil, err
+// publish enqueues msgs on topic for each of its groups with one statement
+// (watermill_publish, migration 0016) on q.
+func (p *Publisher) publish(ctx context.Context, q querier, topic string, msgs []*message.Message) error {
+	payloads, runAfters, err := p.prepare(topic, msgs)
+	if err != nil || len(payloads) == 0 {
+		return err
 	}
-	jobs := make([]queue.NewJob, len(msgs))
-	for i, m := range msgs {
-		b, err := encode(i, topic, m)
-		if err != nil {
-			return nil, err
-		}
-		if len(b) > p.cfg.MaxJobBytes {
-			return nil, &MessageError{Index: i, UUID: m.UUID, Err: fmt.Errorf("%w: %d bytes stored, the limit is %d (PublisherConfig.MaxJobBytes)", queue.ErrPayloadTooLarge, len(b), p.cfg.MaxJobBytes)}
-		}
-		jobs[i] = queue.NewJob{Kind: Kind, Payload: json.RawMessage(b)}
-	}
-	return jobs, nil
-}
-
-// topicQueues returns the queues of topic's registered groups, or the default
-// group's queue when none is registered.
-func (p *Publisher) topicQueues(ctx context.Context, q querier, topic string) ([]string, error) {
-	rows, err := q.Query(ctx, p.groups, topic)
+	defaultQueue, err := QueueName(topic, "")
 	if err != nil {
-		return nil, fmt.Errorf("pubsub: publish to %q: read consumer groups: %w", topic, err)
+		return err
 	}
-	queues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
-		var group, q string
-		err := r.Scan(&group, &q)
-		return q, err
-	})
+	var ids []int64
+	var queues []string
+	rows, err := q.Query(ctx, p.publishSQL, topic, Kind, defaultQueue, payloads, runAfters, int32(p.cfg.MaxAttempts), int32(p.cfg.MaxJobBytes))
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&ids, &queues}, func() error { return nil })
+	}
 	if err != nil {
-		return nil, fmt.Errorf("pubsub: publish to %q: read consumer groups: %w", topic, err)
+		return fmt.Errorf("pubsub: publish to %q: %w", topic, err)
 	}
-	if len(queues) == 0 {
-		q, err := QueueName(topic, "")
-		if err != nil {
-			return nil, err
-		}
-		queues = []string{q}
+	if len(ids) != len(payloads)*len(queues) {
+		return fmt.Errorf("pubsub: publish to %q: internal error: %d ids for %d messages and %d groups", topic, len(ids), len(payloads), len(queues))
 	}
-	return queues, nil
+	for _, q := range queues {
+		p.client.CountEnqueued(q, Kind, len(payloads))
+	}
+	return nil
 }
 
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// fanOut copies jobs once per queue, group by group, keeping message order.
-func fanOut(jobs []queue.NewJob, queues []string) []queue.NewJob {
-	out := make([]queue.NewJob, 0, len(jobs)*len(queues))
-	for _, q := range queues {
-		for _, j := range jobs {
-			j.Queue = q
-			out = append(out, j)
+// prepare validates topic and msgs and returns each message's job payload
+// and due time (nil: now).
+func (p *Publisher) prepare(topic string, msgs []*message.Message) ([]string, []*time.Time, error) {
+	if err := ValidateTopic(topic); err != nil {
+		return nil, nil, err
+	}
+	payloads := make([]string, len(msgs))
+	runAfters := make([]*time.Time, len(msgs))
+	now := time.Now()
+	for i, m := range msgs {
+		b, err := encode(i, topic, m)
+		if err != nil {
+			return nil, nil, err
+		}
+		due, err := runAfter(m, now)
+		if err != nil {
+			return nil, nil, &MessageError{Index: i, UUID: m.UUID, Err: err}
+		}
+		if len(b) > p.cfg.MaxJobBytes {
+			return nil, nil, &MessageError{Index: i, UUID: m.UUID, Err: fmt.Errorf("%w: %d bytes stored, the limit is %d (PublisherConfig.MaxJobBytes)", queue.ErrPayloadTooLarge, len(b), p.cfg.MaxJobBytes)}
+		}
+		payloads[i] = string(b)
+		if !due.IsZero() {
+			runAfters[i] = &due
 		}
 	}
-	return out
+	return payloads, runAfters, nil
 }

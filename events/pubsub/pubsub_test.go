@@ -48,6 +48,9 @@ func TestRoundTripPreservesMessage(t *testing.T) {
 		got := receive(t, ch, wait)
 		require.Equal(t, want.UUID, got.UUID)
 		require.Equal(t, want.Payload, got.Payload) // nil stays nil, empty stays empty
+		require.Equal(t, "1", got.Metadata.Get(pubsub.AttemptKey))
+		delete(got.Metadata, pubsub.AttemptKey)
+		delete(got.Metadata, pubsub.MaxAttemptsKey)
 		require.Equal(t, want.Metadata, got.Metadata)
 		require.True(t, got.Ack())
 	}

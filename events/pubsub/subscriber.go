@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,7 +26,7 @@ import (
 // SubscriberConfig configures a Subscriber. The zero value is usable.
 type SubscriberConfig struct {
 	// Schema holds pgwake's tables, migrated with migrations.Up (0003 or
-	// later). Default "pgwake".
+	// later; 0016 or later with PoisonTopic). Default "pgwake".
 	Schema string
 	// ConsumerGroup names the group this subscriber's subscriptions belong
 	// to. Every group of a topic gets every message published after the
@@ -31,9 +34,28 @@ type SubscriberConfig struct {
 	// "": the default group.
 	ConsumerGroup string
 	// NackBackoff is how long a Nacked message waits before it is delivered
-	// again (to any subscriber of the group). Default 100ms; a negative
-	// value means at once.
+	// again (to any subscriber of the group), when RetryPolicy is nil.
+	// Default 100ms; a negative value means at once.
 	NackBackoff time.Duration
+	// RetryPolicy returns how long a Nacked message (or one whose
+	// AckTimeout passed) waits before it is delivered again; it sees the job
+	// (Attempt is the delivery that was Nacked, MaxAttempts the publisher's)
+	// and the error (ErrNacked for a Nack). A negative delay ends the
+	// message's deliveries at once, as exhausting MaxAttempts does. It is
+	// also asked, with ErrNacked, when a message is handed out, to know
+	// whether a Nack would be its last (see PoisonTopic), so it should
+	// depend only on its arguments. Default: NackBackoff for every attempt.
+	RetryPolicy queue.RetryPolicy
+	// PoisonTopic, when set, receives a message whose last delivery is
+	// Nacked (its attempts are exhausted, or RetryPolicy gave up): it is
+	// published to PoisonTopic in the transaction that completes its job,
+	// with the metadata of Watermill's PoisonQueue middleware
+	// (ReasonPoisonedKey, PoisonedTopicKey), so
+	// that one consumer serves both. What the handler wrote through
+	// TxFromContext on that delivery rolls back. Default "": the message's
+	// job ends failed, kept for Retention's failed period, and can be put
+	// back with queue.Client.Retry.
+	PoisonTopic string
 	// AckTimeout bounds the time from delivery to Ack or Nack: after it the
 	// message's context is cancelled and it counts as Nacked. Default 0: no
 	// limit.
@@ -43,18 +65,39 @@ type SubscriberConfig struct {
 	// out, after cancelling its context, before rolling its transaction back
 	// (the message is then delivered again). Default 1s.
 	CloseTimeout time.Duration
-	// MaxBatch is how many messages one claim transaction may take. 1 (the
-	// default) claims one message at a time: its Ack commits at once and the
-	// members of a group compete message by message. Above 1, pgwake claims
-	// up to that many when handlers are fast (the batch is sized to about
-	// 2ms of handler time) and commits them together after the last one is
-	// acknowledged: several times the throughput on a backlog, but an Ack
-	// (and what the handler wrote through TxFromContext) commits only with
-	// the rest of its batch, and messages claimed behind one that is still
-	// out are held (locked) meanwhile. Closing mid-batch counts an attempt
-	// for each claimed message not yet handed out. At most
-	// queue.MaxMaxBatch (64).
+	// MaxBatch is how many messages one claim transaction may take. When
+	// handlers are fast and messages are waiting, pgwake claims up to that
+	// many (the batch is sized to about 2ms of handler time; slow handlers
+	// get one per claim), hands them out one at a time in publish order, and
+	// commits them together after the last one is acknowledged: several
+	// times the throughput of one message per transaction on a backlog
+	// (docs/watermill.md). One subscriber without Nacks still receives a
+	// topic's messages in publish order (TestOrderWithDefaultConfig runs
+	// Watermill's order tests on the default config). The price: an Ack (and
+	// what the handler wrote through TxFromContext) commits only with the
+	// rest of its batch, messages claimed behind one that is still out are
+	// held (locked) meanwhile, so the members of a group compete batch by
+	// batch, and a crash or lost connection redelivers the whole batch.
+	// Closing mid-batch counts an attempt for each claimed message not yet
+	// handed out. 1 claims one message at a time: its Ack commits at once.
+	// Default queue.DefaultMaxBatch (32); at most queue.MaxMaxBatch (64).
+	// Ignored with Leased.
 	MaxBatch int
+	// Leased runs the subscriptions' message jobs in the queue's leased mode
+	// (queue.Config.LeasedKinds): the claim commits at once (the job is
+	// running, its attempt counted, under a lease of LeaseDuration that a
+	// heartbeat extends), and while the message is out no connection or
+	// transaction is held. For handlers that take long (a held transaction
+	// pins the vacuum horizon) or wait on something else. TxFromContext then
+	// begins a transaction on first use, which commits with the Ack. A
+	// subscriber process that dies leaves the message to be delivered again
+	// once its lease expires. MaxBatch does not apply. Default false: the
+	// claim transaction stays open until Ack or Nack.
+	Leased bool
+	// LeaseDuration is the lease of a Leased subscription's message.
+	// Default queue.DefaultLeaseDuration (30s); at least
+	// queue.MinLeaseDuration.
+	LeaseDuration time.Duration
 	// PollInterval is the longest a subscription waits without looking at
 	// the database when no notification arrives. Default 2s.
 	PollInterval time.Duration
@@ -76,9 +119,11 @@ type SubscriberConfig struct {
 	// retry for a Nack, handler time, wait, claims by source; queue depth)
 	// and the listener's, labelled by queue (wm.<topic>...). Default: none.
 	Registerer prometheus.Registerer
-	// Logger gets the subscriber's logs; payloads are never logged. Default
-	// zap.NewNop().
-	Logger *zap.Logger
+	// Logger gets the subscriber's logs (and those of the queue workers and
+	// listener under it); payloads are never logged. Use ZapLogger for a
+	// *zap.Logger. Default: watermill.NewStdLogger(false, false), info and
+	// errors to stderr.
+	Logger watermill.LoggerAdapter
 }
 
 // Subscriber is a message.Subscriber that delivers the messages of a topic's
@@ -87,8 +132,10 @@ type SubscriberConfig struct {
 type Subscriber struct {
 	pool     *pgxpool.Pool
 	cfg      SubscriberConfig
-	log      *zap.Logger
-	register string // SQL
+	log      watermill.LoggerAdapter
+	zlog     *zap.Logger // log, for the queue and notify packages
+	poison   *Publisher  // to PoisonTopic; nil without one
+	register string      // SQL
 
 	mu        sync.Mutex
 	closed    bool
@@ -126,10 +173,10 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 		cfg.PollInterval = 2 * time.Second
 	}
 	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 1
+		cfg.MaxBatch = queue.DefaultMaxBatch
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = defaultLogger()
 	}
 	if err := migrations.ValidateSchema(cfg.Schema); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -143,16 +190,37 @@ func NewSubscriber(pool *pgxpool.Pool, cfg SubscriberConfig) (*Subscriber, error
 	if cfg.CloseTimeout < 0 {
 		return nil, fmt.Errorf("%w: CloseTimeout %s is negative", ErrInvalidConfig, cfg.CloseTimeout)
 	}
+	if cfg.LeaseDuration != 0 && cfg.LeaseDuration < queue.MinLeaseDuration {
+		return nil, fmt.Errorf("%w: LeaseDuration %s is below %s", ErrInvalidConfig, cfg.LeaseDuration, queue.MinLeaseDuration)
+	}
+	if cfg.PoisonTopic != "" {
+		if err := ValidateTopic(cfg.PoisonTopic); err != nil {
+			return nil, fmt.Errorf("%w: PoisonTopic: %w", ErrInvalidConfig, err)
+		}
+	}
 	if cfg.MaxBatch < 1 || cfg.MaxBatch > queue.MaxMaxBatch {
 		return nil, fmt.Errorf("%w: MaxBatch %d is outside 1..%d", ErrInvalidConfig, cfg.MaxBatch, queue.MaxMaxBatch)
 	}
 	if cfg.PollInterval < queue.MinPollInterval {
 		return nil, fmt.Errorf("%w: PollInterval %s is below %s", ErrInvalidConfig, cfg.PollInterval, queue.MinPollInterval)
 	}
+	var poison *Publisher
+	if cfg.PoisonTopic != "" {
+		var err error
+		if poison, err = NewPublisher(pool, PublisherConfig{Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.RetryPolicy == nil {
+		backoff := cfg.NackBackoff
+		cfg.RetryPolicy = func(*queue.Job, error) time.Duration { return backoff }
+	}
 	return &Subscriber{
-		pool: pool,
-		cfg:  cfg,
-		log:  cfg.Logger.Named("watermill"),
+		pool:   pool,
+		poison: poison,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		zlog:   zapFor(cfg.Logger),
 		register: `INSERT INTO ` + sqlident.Quote(cfg.Schema, "watermill_subscriptions") +
 			` (topic, consumer_group, queue) VALUES ($1, $2, $3) ON CONFLICT (topic, consumer_group) DO NOTHING`,
 		subs: map[*subscription]struct{}{},
@@ -231,7 +299,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	sub := &subscription{s: s, topic: topic, queue: q, out: make(chan *message.Message)}
 	sub.ctx, sub.cancel = context.WithCancel(ctx)
-	backoff := s.cfg.NackBackoff
 	jobTimeout := s.cfg.AckTimeout
 	if jobTimeout == 0 {
 		jobTimeout = -1
@@ -248,7 +315,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		sub.cancel()
 		return nil, err
 	}
+	var leased []string
+	if s.cfg.Leased {
+		leased = []string{Kind}
+	}
 	client, err := queue.New(s.pool, queue.Config{
+		LeasedKinds:     leased,
+		LeaseDuration:   s.cfg.LeaseDuration,
 		Schema:          s.cfg.Schema,
 		Queues:          map[string]queue.QueueConfig{q: {MaxWorkers: 1}},
 		MaxBatch:        s.cfg.MaxBatch,
@@ -256,11 +329,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		JobTimeout:      jobTimeout,
 		PollInterval:    s.cfg.PollInterval,
 		ShutdownTimeout: s.cfg.CloseTimeout + 10*time.Second,
-		Backoff:         func(int) time.Duration { return backoff },
+		RetryPolicies:   map[string]queue.RetryPolicy{Kind: s.cfg.RetryPolicy},
 		Listener:        listener,
 		Retention:       s.cfg.Retention,
 		Registerer:      s.cfg.Registerer,
-		Logger:          s.cfg.Logger,
+		Logger:          s.zlog,
 	})
 	if err != nil {
 		sub.cancel()
@@ -272,7 +345,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.running.Done()
 		defer close(sub.out)
 		if err := client.Run(sub.ctx); err != nil {
-			s.log.Error("subscription stopped", zap.String("topic", topic), zap.Error(err))
+			s.log.Error("pgwake: subscription stopped", err, watermill.LogFields{"topic": topic})
 		}
 		sub.cancel()
 		s.mu.Lock()
@@ -295,7 +368,7 @@ func (s *Subscriber) startListener() (*notify.Listener, error) {
 	if cc == nil {
 		cc = s.pool.Config().ConnConfig
 	}
-	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.cfg.Logger, Registerer: s.cfg.Registerer})
+	l, err := notify.New(notify.Config{ConnConfig: cc, Logger: s.zlog, Registerer: s.cfg.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: start listener: %w", err)
 	}
@@ -365,17 +438,54 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
+// Metadata keys pgwake sets on every delivered message.
+const (
+	// AttemptKey is the delivery's attempt number, from 1: 1 on the first
+	// delivery, one more after each Nack, ack timeout or lost delivery.
+	AttemptKey = "pgwake_attempt"
+	// MaxAttemptsKey is how many deliveries the message gets in all
+	// (PublisherConfig.MaxAttempts).
+	MaxAttemptsKey = "pgwake_max_attempts"
+)
+
+// Metadata keys of a message published to SubscriberConfig.PoisonTopic: the
+// keys of Watermill's PoisonQueue middleware (middleware.ReasonForPoisonedKey
+// and middleware.PoisonedTopicKey), so one consumer reads both.
+const (
+	ReasonPoisonedKey = "reason_poisoned"
+	PoisonedTopicKey  = "topic_poisoned"
+)
+
 // handle is the queue handler: it hands the message out and waits for its
-// Ack (nil: the job completes) or Nack (an error: the job is retried).
+// Ack (nil: the job completes) or Nack (an error: the job is retried, or on
+// its last attempt fails or goes to the poison topic).
 func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job) error {
 	msg, err := decode(job.Payload)
 	if err != nil {
-		sub.s.log.Error("undecodable message job", zap.Int64("job_id", job.ID), zap.String("queue", job.Queue), zap.Error(err))
+		sub.s.log.Error("pgwake: undecodable message job", err, watermill.LogFields{"job_id": job.ID, "queue": job.Queue})
 		return err
 	}
-	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, tx))
+	msg.Metadata.Set(AttemptKey, strconv.Itoa(job.Attempt))
+	msg.Metadata.Set(MaxAttemptsKey, strconv.Itoa(job.MaxAttempts))
+	// On a delivery whose Nack would be the last, the handler's writes go
+	// behind a savepoint of their own: a Nack rolls them back and the
+	// poison message commits with the job.
+	htx, last := tx, false
+	if sub.s.poison != nil && sub.s.lastAttempt(job) {
+		if htx, err = tx.Begin(hctx); err != nil {
+			return fmt.Errorf("pubsub: savepoint before the last delivery: %w", err)
+		}
+		last = true
+	}
+	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, htx))
 	defer cancel()
 	msg.SetContext(mctx)
+	nacked := func() error {
+		if !last {
+			return ErrNacked
+		}
+		return sub.toPoison(hctx, tx, htx, job)
+	}
 
 	select {
 	case sub.out <- msg:
@@ -388,7 +498,7 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		return nacked()
 	case <-sub.ctx.Done():
 	case <-hctx.Done():
 	}
@@ -401,11 +511,44 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		if hctx.Err() != nil {
+			return ErrNacked
+		}
+		return nacked()
 	case <-t.C:
 	}
 	if hctx.Err() != nil {
 		return context.Cause(hctx)
 	}
 	return errClosing
+}
+
+// lastAttempt reports whether a Nack of this delivery of job ends its
+// deliveries.
+func (s *Subscriber) lastAttempt(job *queue.Job) bool {
+	return job.Attempt >= job.MaxAttempts || s.cfg.RetryPolicy(job, ErrNacked) < 0
+}
+
+// toPoison rolls back the handler's writes (htx, a savepoint in tx) and
+// publishes the job's message, as published, to the poison topic in tx,
+// which commits with the job's completion.
+func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queue.Job) error {
+	if err := htx.Rollback(ctx); err != nil {
+		return fmt.Errorf("pubsub: roll back the handler's writes before poisoning: %w", err)
+	}
+	msg, err := decode(job.Payload)
+	if err != nil {
+		return err
+	}
+	// The delay is the original's, long past.
+	delete(msg.Metadata, delay.DelayedUntilKey)
+	delete(msg.Metadata, delay.DelayedForKey)
+	msg.Metadata.Set(ReasonPoisonedKey, fmt.Sprintf("%v on attempt %d of %d", ErrNacked, job.Attempt, job.MaxAttempts))
+	msg.Metadata.Set(PoisonedTopicKey, sub.topic)
+	msg.Metadata.Set(AttemptKey, strconv.Itoa(job.Attempt))
+	if err := sub.s.poison.PublishTx(ctx, tx, sub.s.cfg.PoisonTopic, msg); err != nil {
+		return fmt.Errorf("pubsub: publish to poison topic %q: %w", sub.s.cfg.PoisonTopic, err)
+	}
+	sub.s.log.Info("pgwake: message poisoned", watermill.LogFields{"job_id": job.ID, "topic": sub.topic, "poison_topic": sub.s.cfg.PoisonTopic, "attempt": job.Attempt})
+	return nil
 }
