@@ -352,3 +352,21 @@ func TestStreamAcrossAnOpenTransaction(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	jobIDs(ch, held.ID)
 }
+
+// Without a token, a request naming another host (DNS rebinding) is refused.
+func TestNoTokenRefusesHostNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	req, err := http.NewRequest(http.MethodGet, b.url+"/", nil)
+	require.NoError(t, err)
+	req.Host = "attacker.example:8080"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	req.Host = "localhost:8080"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
