@@ -154,7 +154,11 @@ func TestBrowserRetryAndCancel(t *testing.T) {
 	waitLive(t, ctx)
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("state").textContent === "succeeded"`,
 		chromedp.WithPollingTimeout(30*time.Second)))
-	require.NoError(t, err, "the page shows the retried job succeed")
+	if err != nil {
+		j, _ := b.client.JobGet(bg, r.ID)
+		shown, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("state").textContent + " after=" + document.body.dataset.after + " seen=" + JSON.stringify(window.pgwakeStream.jobs)`))
+		t.Fatalf("the page does not show the retried job succeed: job %s, page %s", j.State, shown)
+	}
 	evs, err := b.client.JobEvents(bg, r.ID)
 	require.NoError(t, err)
 	var types []queue.EventType

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -95,7 +96,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Token != "" && !h.authorized(w, r) {
 		return
 	}
+	if h.cfg.Token == "" && !localHost(r.Host) {
+		// Without a token only an address typed as such is served: a web
+		// page whose name was rebound to 127.0.0.1 (DNS rebinding) cannot
+		// read the dashboard or its form token.
+		http.Error(w, "without --token the dashboard answers only to localhost or an IP address; set a token to serve under a host name", http.StatusForbidden)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// localHost reports whether a Host header names localhost or an IP literal.
+func localHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	return host == "localhost" || net.ParseIP(host) != nil
 }
 
 // authorized checks Config.Token: a bearer header, the cookie, or ?token=

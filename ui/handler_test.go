@@ -295,3 +295,78 @@ type cookieJar struct{ cookies []*http.Cookie }
 
 func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) { j.cookies = append(j.cookies, cs...) }
 func (j *cookieJar) Cookies(*url.URL) []*http.Cookie          { return j.cookies }
+
+// An event whose transaction is still open holds the resume point back; a
+// stream that connects meanwhile still gets the later events the feed had
+// already sent (from the event log), then the held one when it commits.
+func TestStreamAcrossAnOpenTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	_, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch0 := stream(t, sctx, b.url+"/events", "")
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	held, err := b.client.EnqueueTx(ctx, tx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	later, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	jobIDs := func(ch <-chan sseEvent, want ...int64) string {
+		t.Helper()
+		got := map[int64]bool{}
+		last := ""
+		pgtest.WaitFor(t, 30*time.Second, "events of the jobs", func() bool {
+			for {
+				select {
+				case e := <-ch:
+					if e.id != "" {
+						last = e.id
+					}
+					if e.event == "job" {
+						var je struct {
+							JobID int64 `json:"job_id"`
+						}
+						require.NoError(t, json.Unmarshal([]byte(e.data), &je))
+						got[je.JobID] = true
+					}
+				default:
+					for _, id := range want {
+						if !got[id] {
+							return false
+						}
+					}
+					return true
+				}
+			}
+		})
+		return last
+	}
+	last := jobIDs(ch0, later.ID) // the feed has sent the later event
+	// A new stream resuming from the held-back point.
+	ch := stream(t, sctx, b.url+"/events", last)
+	jobIDs(ch, later.ID)
+	require.NoError(t, tx.Commit(ctx))
+	jobIDs(ch, held.ID)
+}
+
+// Without a token, a request naming another host (DNS rebinding) is refused.
+func TestNoTokenRefusesHostNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	req, err := http.NewRequest(http.MethodGet, b.url+"/", nil)
+	require.NoError(t, err)
+	req.Host = "attacker.example:8080"
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	req.Host = "localhost:8080"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -379,13 +379,15 @@ func (h *hub) broadcast(m message) {
 }
 
 // subscribe opens a stream: it returns the subscriber, the resume point
-// as of now and the last stats message.
-func (h *hub) subscribe() (*subscriber, int64, []byte, bool) {
+// and the highest event id delivered as of now, and the last stats
+// message. Events above the resume point may have been delivered already
+// (a skipped id holds the resume point back).
+func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
+	s = &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
 	h.subs[s] = struct{}{}
-	return s, h.low, h.stats, h.ready
+	return s, h.low, h.maxSeen, h.stats
 }
 
 // resumePoint is the current resume point, -1 before the feed started.

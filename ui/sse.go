@@ -47,7 +47,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		from, resume = n, true
 	}
-	sub, low, stats, _ := h.hub.subscribe()
+	sub, low, maxSeen, stats := h.hub.subscribe()
 	defer h.hub.unsubscribe(sub)
 
 	hdr := w.Header()
@@ -69,7 +69,10 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	sent := map[int64]bool{} // replayed ids above the hub's resume point
 	switch {
-	case resume && from < low:
+	case resume && from < maxSeen:
+		// Replay what the stream may have missed: every event after from,
+		// including those above the resume point the hub sent before this
+		// stream subscribed.
 		after, n := from, 0
 		for {
 			evs, err := h.client.EventsAfter(ctx, after, queue.MaxJobListLimit)
@@ -78,7 +81,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, e := range evs {
 				data, _ := json.Marshal(jobEventOf(e))
-				if !write(message{event: "job", id: min(e.ID, low), hasID: true, data: data, evID: e.ID}) {
+				if !write(message{event: "job", id: max(from, min(e.ID, low)), hasID: true, data: data, evID: e.ID}) {
 					return
 				}
 				if e.ID > low {
@@ -96,10 +99,10 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
+		write(message{event: "mark", id: max(from, low), hasID: true, data: []byte("{}")})
 	case !resume:
 		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
-	case resume && from > low:
+	case resume && from > maxSeen:
 		from = low // a resume point from another process or before a restart
 	}
 	fl.Flush()
