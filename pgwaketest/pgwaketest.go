@@ -153,18 +153,16 @@ func RequireState(t testing.TB, c *queue.Client, id int64, state queue.JobState)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var got queue.JobState
-	var lastError *string
-	err := c.Pool().QueryRow(ctx, `SELECT state, last_error FROM `+sqlident.Quote(c.Schema(), "jobs")+` WHERE id = $1`, id).Scan(&got, &lastError)
+	j, err := c.JobGet(ctx, id)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, queue.ErrNotFound):
 		t.Fatalf("pgwaketest: job %d does not exist", id)
 	case err != nil:
 		t.Fatalf("pgwaketest: RequireState: %v", err)
-	case got != state && lastError != nil:
-		t.Fatalf("pgwaketest: job %d is %s, want %s (last error: %s)", id, got, state, *lastError)
-	case got != state:
-		t.Fatalf("pgwaketest: job %d is %s, want %s", id, got, state)
+	case j.State != state && j.LastError != "":
+		t.Fatalf("pgwaketest: job %d is %s, want %s (last error: %s)", id, j.State, state, j.LastError)
+	case j.State != state:
+		t.Fatalf("pgwaketest: job %d is %s, want %s", id, j.State, state)
 	}
 }
 
