@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -67,12 +68,24 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 	// One autocommit statement; the table is unlogged, so its commit waits
 	// for no WAL flush. SendBatch flushes the statement before it returns
 	// (a statement new to the connection is described first, once).
+	// A recovered job has a record to replace; a job claimed as usual has
+	// none, or rarely a stale one of an earlier attempt, replaced when the
+	// plain INSERT finds it.
+	stmt := c.sql.recordStarts
+	if level != isolationNone {
+		stmt = c.sql.replaceStarts
+	}
+	args := []any{ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level)}
 	pb := &pgx.Batch{}
-	pb.Queue(c.sql.recordStarts, ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level))
+	pb.Queue(stmt, args...)
 	br := conn.Conn().SendBatch(ctx, pb)
 	done := make(chan error, 1)
 	go func() {
 		err := br.Close()
+		var pe *pgconn.PgError
+		if level == isolationNone && errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a stale record
+			_, err = conn.Exec(ctx, c.sql.replaceStarts, args...)
+		}
 		conn.Release()
 		done <- err
 	}()

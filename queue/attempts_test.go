@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -513,4 +514,55 @@ func TestNewRejectsAPoolTooSmallForTheWorkers(t *testing.T) {
 	// A producer-only client needs no workers' connections.
 	_, err = queue.New(pool, queue.Config{})
 	require.NoError(t, err)
+}
+
+// A job claimed as usual may carry a stale attempt record: the record of an
+// attempt already counted, left behind. The new attempt's record replaces
+// it (the record is a plain INSERT unless it meets one), so the attempt
+// that runs is protected like any other and runs once.
+func TestStaleAttemptRecordIsReplaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var e *env
+	var runs atomic.Int32
+	e = newEnv(t, queue.Config{
+		Queues: map[string]queue.QueueConfig{"q": {}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
+			runs.Add(1)
+			// The record is written beside the handler: wait for it.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var attempt int
+				err := e.pool.QueryRow(ctx, `SELECT attempt FROM `+e.table("attempts")+` WHERE job_id = $1`, j.ID).Scan(&attempt)
+				if err == nil && attempt == j.Attempt {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("attempt %d has no record (record's attempt %d, %v)", j.Attempt, attempt, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})},
+	})
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
+	require.NoError(t, err)
+	// Attempt 1 was counted and its record stayed behind.
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET attempts = 1 WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
+		VALUES ($1, 'q', 1, 1, 'gone', 2)`, r.ID)
+	require.NoError(t, err)
+	defer e.run()()
+	waitFor(t, 30*time.Second, "the job to finish", func() bool {
+		return e.count(`id = $1 AND state <> 'pending'`, r.ID) == 1
+	})
+	var state, lastError string
+	var attempts int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT state, attempts, coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).
+		Scan(&state, &attempts, &lastError))
+	require.Equal(t, queue.StateSucceeded, state, lastError)
+	require.Equal(t, 2, attempts)
+	require.EqualValues(t, 1, runs.Load())
+	require.Equal(t, []string{"enqueued", "succeeded"}, e.eventTypes(r.ID))
+	require.Zero(t, e.countSQL(`SELECT count(*) FROM `+e.table("attempts")))
 }

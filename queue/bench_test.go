@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -110,4 +112,94 @@ func BenchmarkClaimComplete(b *testing.B) {
 	if got := done.Load(); got != n {
 		b.Fatalf("%d handler runs for %d jobs", got, n)
 	}
+}
+
+// BenchmarkDrainBuffers drains b.N pre-inserted jobs with a no-op handler
+// (default config, MaxWorkers 10) and reports the shared buffers the
+// database touched per job (hit + read, pg_stat_database): the server's
+// work per job, which a shared machine's load does not move as it moves
+// time. Run it with a fixed count: -benchtime 5000x.
+func BenchmarkDrainBuffers(b *testing.B) {
+	ctx := context.Background()
+	const app = "pgwake_drain_buffers"
+	pool := pgtest.NewPool(b, func(c *pgxpool.Config) {
+		c.MaxConns = 20
+		c.ConnConfig.RuntimeParams["application_name"] = app
+	})
+	schema := pgtest.SchemaOn(b, pool)
+	if _, err := migrations.Up(ctx, pool, schema); err != nil {
+		b.Fatal(err)
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	n := int64(b.N)
+	c, err := queue.New(pool, queue.Config{
+		Schema: schema,
+		Queues: map[string]queue.QueueConfig{"bench": {}},
+		Handlers: map[string]queue.Handler{"bench": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			if done.Add(1) == n {
+				close(all)
+			}
+			return nil
+		})},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	jobs := sqlident.Quote(schema, "jobs")
+	if _, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload) SELECT 'bench', 'bench', '{"seq":1}' FROM generate_series(1, $1::int)`, b.N); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+jobs); err != nil {
+		b.Fatal(err)
+	}
+	mon := pgtest.NewPool(b, nil)
+	// blocks closes the pool's connections, waits until their backends
+	// have exited (flushing their statistics) and returns the database's
+	// shared buffer hits and reads.
+	blocks := func() int64 {
+		pool.Reset()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var left int
+			if err := mon.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = $1`, app).Scan(&left); err != nil {
+				b.Fatal(err)
+			}
+			if left == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d backends of the drain did not exit", left)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var blks int64
+		err := pgx.BeginFunc(ctx, mon, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_stat_clear_snapshot()`); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_catalog.pg_stat_database WHERE datname = current_database()`).Scan(&blks)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return blks
+	}
+	before := blocks()
+	b.ResetTimer()
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(runCtx) }()
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("only %d of %d jobs ran within 5 minutes", done.Load(), b.N)
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(blocks()-before)/float64(b.N), "buffers/job")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }

@@ -257,18 +257,23 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
 	alone := c.kinds.alone()
 	leased := c.leasedKinds
+	// head claims from the head of the index: the plain claim when every
+	// kind batches (no head to look at first).
+	plain := len(alone) == 0 && len(leased) == 0
+	head, headArgs := c.sql.claim, []any{queue, n, alone, leased, leasedN}
+	if plain {
+		head, headArgs = c.sql.claimPlain, []any{queue, n}
+	}
 	switch {
 	case n <= 1 && leasedN <= 1:
 		pb.Queue(c.sql.claimOne, queue).Query(scan)
-	case len(alone) == 0 && len(leased) == 0 && after != nil:
-		// Every kind batches: no head to look at first.
+		after = nil // from the head already
+	case after == nil:
+		pb.Queue(head, headArgs...).Query(scan)
+	case plain:
 		pb.Queue(c.sql.claimPlainAfter, queue, n, after.priority, after.runAfter, after.id).Query(scan)
-	case len(alone) == 0 && len(leased) == 0:
-		pb.Queue(c.sql.claimPlain, queue, n).Query(scan)
-	case after != nil:
-		pb.Queue(c.sql.claimAfter, queue, n, alone, leased, leasedN, after.priority, after.runAfter, after.id).Query(scan)
 	default:
-		pb.Queue(c.sql.claim, queue, n, alone, leased, leasedN).Query(scan)
+		pb.Queue(c.sql.claimAfter, queue, n, alone, leased, leasedN, after.priority, after.runAfter, after.id).Query(scan)
 	}
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
@@ -276,7 +281,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	if len(b.jobs) == 0 && after != nil {
 		// Nothing after the cursor: look from the head before concluding
 		// that nothing is due.
-		rows, err := b.tx.Query(ctx, c.sql.claim, queue, n, alone, leased, leasedN)
+		rows, err := b.tx.Query(ctx, head, headArgs...)
 		if err == nil {
 			err = scan(rows)
 			rows.Close()

@@ -183,7 +183,10 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	}
 	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after)
 	s.cursor = nil
-	if b != nil {
+	if b != nil && n > 1 && len(b.jobs) >= n {
+		// Only a full batch of a backlog says that more jobs follow it: after
+		// a partial one, a claim from the cursor would find nothing and
+		// fall back to the head, one more statement per claim.
 		last := &b.jobs[len(b.jobs)-1].job
 		s.cursor = &claimCursor{priority: int16(last.Priority), runAfter: last.RunAfter, id: last.ID}
 	}

@@ -38,7 +38,13 @@ type statements struct {
 	next string
 	// recordStarts records that attempts of jobs $1 (attempt numbers $3) of
 	// queue $2 started in a batch of $4, by client $5, at isolation level $6.
+	// A plain INSERT: a job claimed as usual has no record of a later
+	// attempt, and rarely a stale one (replaceStarts then).
 	recordStarts string
+	// replaceStarts is recordStarts replacing any record of the jobs: a
+	// recovered job's (claimRecovered), or a stale one left by an earlier
+	// attempt.
+	replaceStarts string
 	// forgetStarts deletes client $2's attempt records of jobs $1, for jobs
 	// that never started after all.
 	forgetStarts string
@@ -178,9 +184,12 @@ FROM p WHERE p.priority IS NOT NULL`
 // outcomeStatements: jobs, events and attempts: attempt records and outcomes.
 func (s *statements) outcomeStatements(t tables) {
 	jobs, events, attempts := t.jobs, t.events, t.attempts
+	// ON CONFLICT costs a speculative insertion (one more probe of the
+	// primary key per job): only the rare replacement pays it.
 	s.recordStarts = `
 INSERT INTO ` + attempts + ` (job_id, queue, attempt, batch, client_id, isolation)
-SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($3::int[])) AS t(id, attempt)
+SELECT t.id, $2::text, t.attempt, $4::int, $5::text, $6::smallint FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($3::int[])) AS t(id, attempt)`
+	s.replaceStarts = s.recordStarts + `
 ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, batch = EXCLUDED.batch,
 	client_id = EXCLUDED.client_id, isolation = EXCLUDED.isolation, started_at = EXCLUDED.started_at`
 	s.forgetStarts = `DELETE FROM ` + attempts + ` WHERE job_id = ANY($1::bigint[]) AND client_id = $2::text`

@@ -1,0 +1,11 @@
+-- The attempt records cost less per job: the index on (queue, started_at)
+-- goes. Every claimed job inserts and deletes its record, so the index cost
+-- two index writes per job (about 2 of the 37 shared buffers a drained job
+-- touched), and no hot statement reads it: the claims' NOT EXISTS, the
+-- outcome statements' deletes and the record's insert all go by job_id (the
+-- primary key). The recovery claim (queue.Client's claimRecovered) and the
+-- heartbeat's look for lost attempts scan the table instead, which holds
+-- only the attempts in flight (at most MaxWorkers x MaxBatch per client) and
+-- is vacuumed every 1,000 dead rows (migration 0006); they run at start,
+-- after a lost transaction and once per poll, not per job.
+DROP INDEX IF EXISTS {{schema}}.attempts_queue_idx;
