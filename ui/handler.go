@@ -453,6 +453,10 @@ type FeedReads struct {
 	EventLog   int // event log reads (EventsAfter, plus EventsByID for skipped ids)
 }
 
+// Started is closed once Run's feed has started: events committed from
+// then on reach the open pages.
+func (h *Handler) Started() <-chan struct{} { return h.hub.start }
+
 // Reads returns the live feed's reads so far.
 func (h *Handler) Reads() FeedReads {
 	s, e := h.hub.counts()

@@ -82,10 +82,12 @@ type statsMessage struct {
 // hub reads the event log after every notification and fans events and
 // counters out to the open streams.
 type hub struct {
-	cfg    Config
-	client *queue.Client
-	log    *zap.Logger
-	kick   chan struct{}
+	cfg       Config
+	client    *queue.Client
+	log       *zap.Logger
+	kick      chan struct{}
+	start     chan struct{} // closed when the feed has started
+	startOnce sync.Once
 
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
@@ -103,7 +105,7 @@ type hub struct {
 }
 
 func newHub(cfg Config) *hub {
-	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1),
+	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1), start: make(chan struct{}),
 		subs: map[*subscriber]struct{}{}, seen: map[int64]bool{}, missing: map[int64]time.Time{}, enqAt: map[int64]time.Time{}}
 }
 
@@ -147,6 +149,7 @@ func (h *hub) run(ctx context.Context) error {
 	h.mu.Lock()
 	h.low, h.maxSeen, h.ready = last, last, true
 	h.mu.Unlock()
+	h.startOnce.Do(func() { close(h.start) })
 	h.refreshStats(ctx)
 
 	heartbeat := time.NewTicker(heartbeatInterval)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -56,5 +57,10 @@ func setup(t testing.TB, cfg ui.Config) *bundle {
 	// Stopped first (cleanups run last-in first-out): the feed closes the
 	// open streams, so the server's Close does not wait for them.
 	pgtest.RunInBackground(t, "dashboard feed", h.Run)
+	select {
+	case <-h.Started():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dashboard feed did not start")
+	}
 	return &bundle{schema: schema, client: client, h: h, srv: srv, url: srv.URL + cfg.Prefix}
 }

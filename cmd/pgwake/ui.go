@@ -97,7 +97,7 @@ func runUI(ctx context.Context, env *cliEnv, args []string) error {
 			return usagef("--listener-url %s: %s", redactURL(*listenerURL), parseErrCause(err))
 		}
 	}
-	listener, err := notify.New(notify.Config{ConnConfig: cc, ApplicationName: "pgwake_ui", Logger: env.log})
+	listener, err := notify.New(notify.Config{ConnConfig: cc, ApplicationName: "pgwake-ui", Logger: env.log})
 	if err != nil {
 		return err
 	}
