@@ -560,9 +560,9 @@ func TestStaleAttemptRecordIsReplaced(t *testing.T) {
 	var attempts int
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT state, attempts, coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).
 		Scan(&state, &attempts, &lastError))
-	require.Equal(t, queue.StateSucceeded, state, lastError)
+	require.Equal(t, string(queue.StateSucceeded), state, lastError)
 	require.Equal(t, 2, attempts)
 	require.EqualValues(t, 1, runs.Load())
-	require.Equal(t, []string{"enqueued", "succeeded"}, e.eventTypes(r.ID))
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(r.ID))
 	require.Zero(t, e.countSQL(`SELECT count(*) FROM `+e.table("attempts")))
 }

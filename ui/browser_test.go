@@ -174,7 +174,7 @@ func TestBrowserRetryAndCancel(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#events"))))
 	state, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#state")))
 	require.NoError(t, err)
-	require.Equal(t, queue.StateCancelled, state)
+	require.Equal(t, string(queue.StateCancelled), state)
 	evs, err = b.client.JobEvents(bg, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.EventCancelled, evs[len(evs)-1].Type)

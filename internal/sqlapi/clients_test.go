@@ -218,11 +218,11 @@ func TestClients(t *testing.T) {
 			p50, p99 := lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
 			t.Logf("%s: commit to handler start over %d jobs: p50 %s, p99 %s, max %s", c.name, len(lat),
 				p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
-			// The wake-up path, not the poll (an hour), ran every job. The
-			// bounds leave room for a 2-core machine busy with other test
-			// packages (docs/sql.md has measured figures).
-			require.Less(t, p50, 100*time.Millisecond, "median commit-to-start")
-			require.Less(t, p99, time.Second, "p99 commit-to-start")
+			// The wake-up path, not the poll (an hour), ran every job: a
+			// missed wake-up would wait for the poll. The timings are
+			// logged, not asserted (a busy machine stretches them);
+			// docs/sql.md has figures from a quiet one.
+			require.Less(t, lat[len(lat)-1], 20*time.Second, "slowest commit-to-start: the poll, not a wake-up, ran it")
 		})
 	}
 }
