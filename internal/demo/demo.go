@@ -381,7 +381,7 @@ func (d *demo) summary(ctx context.Context, reg *prometheus.Registry, c counts, 
 	fin := c.finished()
 	fmt.Fprintf(w, "\nSummary\n")
 	fmt.Fprintf(w, "  jobs            %d finished in %s: %.0f jobs/s (offered load ~%.0f/s; `make bench` measures the ceiling)\n",
-		fin, roundDuration(elapsed), float64(fin)/max(elapsed.Seconds(), 1e-9), d.o.Rate)
+		fin, elapsed.Round(10*time.Millisecond), float64(fin)/max(elapsed.Seconds(), 1e-9), d.o.Rate)
 	fmt.Fprintf(w, "  outcomes        %d succeeded, %d failed after %d attempts, %d retries scheduled, %d handler runs\n",
 		c.succeeded, c.failed, MaxAttempts, c.retries, d.attempts.Load())
 	verdict := "exactly once"
@@ -520,17 +520,4 @@ func writeHistogram(w io.Writer, sorted []time.Duration) {
 		}
 		fmt.Fprintf(w, "    %-13s %-*s %d\n", label, width, strings.Repeat("#", bar), n)
 	}
-}
-
-// roundDuration keeps a duration's printed form short.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Minute:
-		return d.Round(time.Second)
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	}
-	return d
 }
