@@ -116,6 +116,12 @@ func TestLagGaugesAreCurrentWhenScraped(t *testing.T) {
 	got := col.Snapshot()
 	last := got[len(got)-1].LSN
 	waitFor(t, 30*time.Second, "ack past the last event", func() bool { return uint64(s.Acked()) > last })
+	// The gauge reads the slot on the server, which hears of the ack with
+	// the next status update (within 100 ms): wait for that, not only for
+	// the stream's own position.
+	waitFor(t, 30*time.Second, "the slot's confirmed position past the last event", func() bool {
+		return uint64(confirmedFlush(t, e)) > last
+	})
 
 	require.Zero(t, metricSum(t, reg, "pgwake_events_slot_lag_seconds"))
 	lagBytes := metricSum(t, reg, "pgwake_events_slot_lag_bytes")
