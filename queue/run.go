@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/backoff"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/notify"
 )
@@ -122,7 +124,7 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 			c.running.Store(false)
 		}
 	}()
-	if err := c.checkSchema(ctx); err != nil {
+	if err := c.retryAtStart(ctx, c.checkSchema); err != nil {
 		return nil, err
 	}
 	r.listener = c.cfg.Listener
@@ -142,10 +144,53 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 		return nil, fmt.Errorf("queue: subscribe to %s: %w", c.channel, err)
 	}
 	c.claimIdleTimeout = c.claimIdleTimeoutFor(ctx)
-	if err := c.loadPaused(ctx); err != nil && ctx.Err() == nil {
+	if err := c.retryAtStart(ctx, c.loadPaused); err != nil && ctx.Err() == nil {
 		return nil, err // stopped meanwhile: Run returns as from a stop
 	}
 	return r, nil
+}
+
+// startAttempts bounds the tries of a statement Start runs that failed
+// for another reason than a lost connection.
+const startAttempts = 4
+
+// retryAtStart runs f until it succeeds or ctx is done. A pooled connection
+// that the server closed (a restart, a terminated backend) fails its first
+// use and leaves the pool, so f runs again at once, up to one more time than
+// the pool has connections. Other errors are tried startAttempts times,
+// backing off 50 ms, then 100 ms, then 200 ms, and a lasting fault (a
+// missing migration, a privilege) is returned after the last try.
+func (c *Client) retryAtStart(ctx context.Context, f func(context.Context) error) error {
+	lost, failed := 0, 0
+	for {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrSchemaNotMigrated) {
+			return err
+		}
+		if connectionLost(err) && lost <= int(c.pool.Config().MaxConns) {
+			lost++
+			continue
+		}
+		if failed++; failed == startAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff.Exponential(failed, 50*time.Millisecond, time.Second)):
+		}
+	}
+}
+
+// connectionLost reports whether err says the connection was closed by the
+// server or the network (SQLSTATE class 08, or 57P01-57P03: terminated,
+// shut down, cannot connect now) rather than that the statement failed.
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // stopBackground ends the listener subscription and the background

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -102,4 +103,37 @@ func TestStartupErrorsAreReturned(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, errors.Is(err, context.DeadlineExceeded), err)
 	require.ErrorIs(t, c.Stop(ctx), queue.ErrNotStarted)
+}
+
+// A pool whose idle connections the server closed (a restart, a terminated
+// backend) fails their first use: Start takes fresh ones and starts,
+// instead of returning a transient error as a startup failure.
+func TestStartSurvivesClosedPoolConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnvOwnPool(t, 4, queue.Config{
+		Queues:   map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
+	})
+	// Four idle connections in the pool, then the server closes them.
+	var conns []*pgxpool.Conn
+	var pids []uint32
+	for range 4 {
+		c, err := e.pool.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		pids = append(pids, c.Conn().PgConn().PID())
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	_, err := pgtest.Pool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 10*time.Second, "the backends to end", func() bool {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])`, pids).Scan(&n))
+		return n == 0
+	})
+	require.NoError(t, e.c.Start(ctx))
+	require.NoError(t, e.c.Stop(ctx))
 }
