@@ -12,19 +12,22 @@ import (
 	"github.com/pgwake/pgwake/queue"
 )
 
-// A steady stream of single-job enqueues below saturation: without the
-// stream rule, the loop is woken by each job's NOTIFY and sleeps again at
-// once, so its idle mark stays up and most producers notify (252 of 300
-// notifications received, measured without the rule). With it, the loop
-// marks itself busy once jobs keep arriving and finds them on its own, so
-// producers stop notifying and skip the NOTIFY's commit-time lock (47 of
-// 300 measured); every job still runs, none by the poll.
-func TestAStreamOfJobsStopsTheNotifications(t *testing.T) {
+// A steady stream of single-job enqueues below saturation, then silence,
+// then one more job. During the stream a loop woken right after it slept
+// marks itself busy and looks on its own (the stream rule, dispatcher.go),
+// so producers may skip their NOTIFY; when the stream ends it must go idle
+// through the barrier, so that the next producer notifies again. Every job
+// runs and none waits for the poll (an hour). How many notifications the
+// rule saves depends on timing (on a quiet machine 40-50 of 300 were
+// received with the rule, 252 without; under load the two overlap), so it
+// is logged, not asserted: bench/peers' latency mode at 1000 jobs/s
+// measures what it buys (docs/benchmarks.md).
+func TestAStreamOfJobsThenSilence(t *testing.T) {
 	t.Parallel()
 	var ran atomic.Int64
 	e := newEnv(t, queue.Config{
 		Queues:       map[string]queue.QueueConfig{"default": {MaxWorkers: 8}},
-		PollInterval: time.Minute,
+		PollInterval: time.Hour,
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 			ran.Add(1)
 			return nil
@@ -40,9 +43,14 @@ func TestAStreamOfJobsStopsTheNotifications(t *testing.T) {
 		require.NoError(t, err)
 		<-tick.C
 	}
-	waitFor(t, 30*time.Second, "every job to run", func() bool { return ran.Load() == jobs })
+	waitFor(t, 30*time.Second, "every job of the stream to run", func() bool { return ran.Load() == jobs })
+	t.Logf("notifications received: %.0f for %d jobs", e.metric("pgwake_notify_notifications_total", nil), jobs)
+
+	// Well past the 20 ms linger: the loop is idle again, and the next job
+	// must wake it (the poll is an hour away).
+	time.Sleep(200 * time.Millisecond)
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the job after the stream to run", func() bool { return ran.Load() == jobs+1 })
 	require.Zero(t, e.metric("pgwake_worker_claims_total", map[string]string{"source": "poll"}))
-	notified := e.metric("pgwake_notify_notifications_total", nil)
-	t.Logf("notifications received: %.0f for %d jobs", notified, jobs)
-	require.Less(t, notified, float64(jobs)/2, "producers kept notifying a loop that jobs kept waking")
 }
