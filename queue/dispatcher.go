@@ -153,6 +153,22 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 	}
 }
 
+// leasedFetchCooldown is how long a leased claim under a backlog waits for
+// more free slots when fewer than half are free (River's FetchCooldown).
+const leasedFetchCooldown = time.Millisecond
+
+// sleepCtx sleeps d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // claimNext claims what the loop should run next: a job whose attempt was
 // lost (looked for at start, after a resync, a release or a poll), else a
 // batch. With nothing due it returns the time of the
@@ -190,6 +206,14 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	}
 	leasedN := 0
 	if len(l.c.cfg.LeasedKinds) > 0 {
+		if s.source == sourceBusy && cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
+			// A backlog with most slots busy: slots free one at a time as
+			// leased jobs end, and claiming at once would take one job per
+			// claim (and per transaction). Let a few more free first.
+			if !sleepCtx(ctx, leasedFetchCooldown) {
+				return nil, time.Time{}, ctx.Err()
+			}
+		}
 		// Leased jobs each take a slot: as many as are free (with the one
 		// taken for this claim).
 		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
