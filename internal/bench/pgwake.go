@@ -217,10 +217,14 @@ func (p *Pgwake) Diagnostics() map[string]float64 {
 	return out
 }
 
-// Unfinished counts pending and running (leased) jobs.
+// Unfinished counts pending and running jobs, through the read API with
+// exact counts.
 func (p *Pgwake) Unfinished(ctx context.Context) (int64, error) {
+	st, err := p.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: -1})
 	var n int64
-	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")+` WHERE state IN ('pending', 'running')`).Scan(&n)
+	for _, q := range st {
+		n += q.Pending + q.Scheduled + q.Running
+	}
 	return n, err
 }
 
