@@ -71,17 +71,10 @@ func BenchmarkEnqueueMany100(b *testing.B) {
 // (MaxWorkers 10).
 func BenchmarkClaimComplete(b *testing.B) {
 	ctx := context.Background()
-	var done atomic.Int64
-	all := make(chan struct{})
-	n := int64(b.N)
+	handlers, all, done := countingHandlers(int64(b.N))
 	c := benchClient(b, queue.Config{
-		Queues: map[string]queue.QueueConfig{"bench": {}},
-		Handlers: map[string]queue.Handler{"bench": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
-			if done.Add(1) == n {
-				close(all)
-			}
-			return nil
-		})},
+		Queues:   map[string]queue.QueueConfig{"bench": {}},
+		Handlers: handlers,
 	})
 	batch := make([]queue.NewJob, 0, 1000)
 	for i := 0; i < b.N; i++ {
@@ -95,22 +88,10 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	runCtx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(runCtx) }()
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("only %d of %d jobs ran within 5 minutes", done.Load(), b.N)
-	}
-	b.StopTimer()
+	runUntilAll(ctx, b, c, all, done)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-	cancel()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
-	if got := done.Load(); got != n {
-		b.Fatalf("%d handler runs for %d jobs", got, n)
+	if got := done.Load(); got != int64(b.N) {
+		b.Fatalf("%d handler runs for %d jobs", got, b.N)
 	}
 }
 
@@ -130,18 +111,11 @@ func BenchmarkDrainBuffers(b *testing.B) {
 	if _, err := migrations.Up(ctx, pool, schema); err != nil {
 		b.Fatal(err)
 	}
-	var done atomic.Int64
-	all := make(chan struct{})
-	n := int64(b.N)
+	handlers, all, done := countingHandlers(int64(b.N))
 	c, err := queue.New(pool, queue.Config{
-		Schema: schema,
-		Queues: map[string]queue.QueueConfig{"bench": {}},
-		Handlers: map[string]queue.Handler{"bench": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
-			if done.Add(1) == n {
-				close(all)
-			}
-			return nil
-		})},
+		Schema:   schema,
+		Queues:   map[string]queue.QueueConfig{"bench": {}},
+		Handlers: handlers,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -187,6 +161,27 @@ func BenchmarkDrainBuffers(b *testing.B) {
 	}
 	before := blocks()
 	b.ResetTimer()
+	runUntilAll(ctx, b, c, all, done)
+	b.ReportMetric(float64(blocks()-before)/float64(b.N), "buffers/job")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// countingHandlers is a no-op handler for kind "bench" that closes all when
+// the n-th job ran; done counts the runs.
+func countingHandlers(n int64) (handlers map[string]queue.Handler, all chan struct{}, done *atomic.Int64) {
+	all, done = make(chan struct{}), new(atomic.Int64)
+	return map[string]queue.Handler{"bench": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+		if done.Add(1) == n {
+			close(all)
+		}
+		return nil
+	})}, all, done
+}
+
+// runUntilAll runs c until all is closed (at most 5 minutes), stops the
+// benchmark timer, then stops c.
+func runUntilAll(ctx context.Context, b *testing.B, c *queue.Client, all <-chan struct{}, done *atomic.Int64) {
+	b.Helper()
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- c.Run(runCtx) }()
@@ -200,6 +195,4 @@ func BenchmarkDrainBuffers(b *testing.B) {
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(blocks()-before)/float64(b.N), "buffers/job")
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
