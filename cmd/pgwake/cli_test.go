@@ -336,7 +336,7 @@ func TestJobsRetryCancelShow(t *testing.T) {
 	out = mustRun(t, "", "jobs", "show", strconv.FormatInt(pending, 10), "--json", "--schema", schema)
 	var shown jobRow
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
-	require.Equal(t, "cancelled", shown.State)
+	require.Equal(t, "cancelled", string(shown.State))
 	require.JSONEq(t, `{"n":1}`, string(shown.Payload))
 	var types []string
 	for _, e := range shown.Events {

@@ -80,22 +80,11 @@ func runJobs(ctx context.Context, env *cliEnv, args []string) error {
 	return usagef("unknown action %q: use list, show, retry, cancel or prune", action)
 }
 
-// jobRow is a job as list and show print it.
+// jobRow is a job as list and show print it: the read API's job, and for
+// show its event history.
 type jobRow struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	State       string          `json:"state"`
-	Priority    int             `json:"priority"`
-	Attempts    int             `json:"attempts"`
-	MaxAttempts int             `json:"max_attempts"`
-	RunAfter    time.Time       `json:"run_after"`
-	CreatedAt   time.Time       `json:"created_at"`
-	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
-	UniqueKey   string          `json:"unique_key,omitempty"`
-	LastError   string          `json:"last_error,omitempty"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
-	Events      []eventRow      `json:"events,omitempty"`
+	queue.JobInfo
+	Events []eventRow `json:"events,omitempty"`
 }
 
 // deletedJob is what show prints for a job whose row retention deleted.
@@ -124,13 +113,6 @@ var validStates = func() []string {
 	}
 	return out
 }()
-
-// jobRowOf is the read API's job as list and show print it.
-func jobRowOf(j queue.JobInfo) jobRow {
-	return jobRow{ID: j.ID, Queue: j.Queue, Kind: j.Kind, State: string(j.State), Priority: j.Priority, Attempts: j.Attempts,
-		MaxAttempts: j.MaxAttempts, RunAfter: j.RunAfter, CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt,
-		UniqueKey: j.UniqueKey, LastError: j.LastError, Payload: j.Payload}
-}
 
 // timeFlag is an optional RFC 3339 time flag.
 type timeFlag struct{ t time.Time }
@@ -189,7 +171,7 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	list := make([]jobRow, 0, len(page.Jobs))
 	for _, j := range page.Jobs {
-		list = append(list, jobRowOf(j))
+		list = append(list, jobRow{JobInfo: j})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
@@ -204,7 +186,7 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tLAST ERROR")
 	for _, j := range list {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, printable(j.Queue, false), printable(j.Kind, false),
-			printable(j.State, false), j.Attempts, j.MaxAttempts,
+			printable(string(j.State), false), j.Attempts, j.MaxAttempts,
 			j.RunAfter.Local().Format("2006-01-02 15:04:05"), printable(shorten(j.LastError, 60), false))
 	}
 	if err := tw.Flush(); err != nil {
@@ -239,7 +221,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil && !deleted {
 		return explainSchemaError(fmt.Errorf("show job %d: %w", id, err), env.schema)
 	}
-	j := jobRowOf(info)
+	j := jobRow{JobInfo: info}
 	evs, err := client.JobEvents(ctx, id)
 	if err != nil {
 		return explainSchemaError(err, env.schema)
@@ -252,7 +234,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 			return fmt.Errorf("job %d not found in schema %s", id, env.schema)
 		}
 		// Retention deleted the row; the event log still has its history.
-		j = jobRow{ID: id, Queue: j.Events[0].Queue, Kind: j.Events[0].Kind, Events: j.Events}
+		j = jobRow{JobInfo: queue.JobInfo{ID: id, Queue: j.Events[0].Queue, Kind: j.Events[0].Kind}, Events: j.Events}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
@@ -265,7 +247,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	w := env.stdout
 	ts := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 MST") }
 	// Anyone who can write a job chose these strings: no terminal escapes.
-	j.Queue, j.Kind, j.State, j.UniqueKey = printable(j.Queue, false), printable(j.Kind, false), printable(j.State, false), printable(j.UniqueKey, false)
+	j.Queue, j.Kind, j.State, j.UniqueKey = printable(j.Queue, false), printable(j.Kind, false), queue.JobState(printable(string(j.State), false)), printable(j.UniqueKey, false)
 	fmt.Fprintf(w, "job %d\n", j.ID)
 	if deleted {
 		fmt.Fprintf(w, "  (row deleted by retention; history from the event log)\n  queue:        %s\n  kind:         %s\n", j.Queue, j.Kind)
