@@ -53,6 +53,17 @@ type Status struct {
 	AppliedAt time.Time
 }
 
+// Pending returns the versions in st not applied yet, as "0013".
+func Pending(st []Status) []string {
+	var out []string
+	for _, m := range st {
+		if m.AppliedAt.IsZero() {
+			out = append(out, fmt.Sprintf("%04d", m.Version))
+		}
+	}
+	return out
+}
+
 // ValidateSchema checks a schema name against pgwake's identifier rules.
 func ValidateSchema(schema string) error {
 	if err := sqlident.Validate("schema", schema, MaxSchemaLen); err != nil {

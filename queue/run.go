@@ -281,12 +281,7 @@ func (c *Client) checkSchema(parent context.Context) error {
 		}
 		return fmt.Errorf("queue: check schema %s: %w", c.cfg.Schema, err)
 	}
-	var missing []string
-	for _, m := range st {
-		if m.AppliedAt.IsZero() {
-			missing = append(missing, fmt.Sprintf("%04d", m.Version))
-		}
-	}
+	missing := migrations.Pending(st)
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: schema %s lacks migration(s) %s: run pgwake migrate, or Client.Migrate",
 			ErrSchemaNotMigrated, c.cfg.Schema, strings.Join(missing, ", "))

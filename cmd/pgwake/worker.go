@@ -360,12 +360,7 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		}
 		return fmt.Errorf("check schema %s: %w", schema, err)
 	}
-	var missing []string
-	for _, m := range st {
-		if m.AppliedAt.IsZero() {
-			missing = append(missing, fmt.Sprintf("%04d", m.Version))
-		}
-	}
+	missing := migrations.Pending(st)
 	switch {
 	case len(missing) == len(st):
 		return fmt.Errorf("pgwake's tables are missing in schema %s; run `pgwake migrate --schema %s` first", schema, schema)
