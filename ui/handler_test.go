@@ -370,3 +370,43 @@ func TestNoTokenRefusesHostNames(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// Pages carry a Content-Security-Policy with no inline script and no
+// framing; an action posted from another origin is refused even with the
+// page's form token.
+func TestCSPAndCrossOriginActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	jobURL := b.url + "/jobs/" + strconv.FormatInt(r.ID, 10)
+	resp, err := http.Get(jobURL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	csp := resp.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "script-src 'self'")
+	require.Contains(t, csp, "frame-ancestors 'none'")
+	require.NotContains(t, csp, "unsafe-inline")
+	m := csrfRe.FindStringSubmatch(string(body))
+	require.NotNil(t, m)
+
+	for _, hdr := range []map[string]string{{"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}} {
+		req, err := http.NewRequest(http.MethodPost, jobURL+"/cancel",
+			strings.NewReader(url.Values{"csrf": {m[1]}, "confirm": {"yes"}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v", hdr)
+	}
+	j, err := b.client.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StatePending, j.State, "a cross-origin action changed nothing")
+}
