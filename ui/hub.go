@@ -91,6 +91,7 @@ type hub struct {
 
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
+	closed  bool                // Run has ended: new streams end at once
 	low     int64               // every event id <= low was delivered or given up
 	seen    map[int64]bool      // ids above low delivered
 	missing map[int64]time.Time // ids above low skipped, since when
@@ -389,6 +390,10 @@ func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s = &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
+	if h.closed {
+		close(s.gone) // a stream that arrives after Run ended ends too
+		return s, h.low, h.maxSeen, h.stats
+	}
 	h.subs[s] = struct{}{}
 	return s, h.low, h.maxSeen, h.stats
 }
@@ -415,6 +420,7 @@ func (h *hub) unsubscribe(s *subscriber) {
 func (h *hub) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	for s := range h.subs {
 		delete(h.subs, s)
 		close(s.gone)

@@ -62,6 +62,10 @@ func TestRunStopsCleanly(t *testing.T) {
 	for range ch { // the stream ends
 	}
 	require.Zero(t, watchers(), "the watcher row is removed")
+	// A stream opened after Run ended ends too (it hung before: nothing
+	// would ever close it).
+	for range stream(t, sctx, srv.URL+"/events", "") {
+	}
 	srv.Close()
 	srv.Client().CloseIdleConnections()
 }
