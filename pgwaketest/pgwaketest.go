@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
-	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -72,11 +71,6 @@ func NewClient(t testing.TB, pool *pgxpool.Pool, cfg queue.Config) *queue.Client
 	return c
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // RequireEnqueued fails t unless c's schema has a job of kind whose payload
 // contains payload (JSON containment, as jsonb's @>: every key given must
 // match, others may be there; nil matches any payload), in any state. It
@@ -84,22 +78,27 @@ type querier interface {
 // that kind it found instead.
 func RequireEnqueued(t testing.TB, c *queue.Client, kind string, payload any) int64 {
 	t.Helper()
-	return requireEnqueued(t, c.Pool(), c.Schema(), kind, payload)
+	return requireEnqueued(t, c.JobList, kind, payload)
 }
 
 // RequireEnqueuedTx is RequireEnqueued inside tx, which sees the jobs tx
 // enqueued before it commits.
 func RequireEnqueuedTx(t testing.TB, c *queue.Client, tx pgx.Tx, kind string, payload any) int64 {
 	t.Helper()
-	return requireEnqueued(t, tx, c.Schema(), kind, payload)
+	return requireEnqueued(t, func(ctx context.Context, p queue.JobListParams) (queue.JobListPage, error) {
+		return c.JobListTx(ctx, tx, p)
+	}, kind, payload)
 }
 
 // listed bounds the other jobs a failure message shows.
 const listed = 5
 
-func requireEnqueued(t testing.TB, q querier, schema, kind string, payload any) int64 {
+// jobLister is Client.JobList, or JobListTx in a transaction.
+type jobLister func(context.Context, queue.JobListParams) (queue.JobListPage, error)
+
+func requireEnqueued(t testing.TB, list jobLister, kind string, payload any) int64 {
 	t.Helper()
-	want := "{}"
+	want := json.RawMessage("{}")
 	if payload != nil {
 		b, err := json.Marshal(payload)
 		if err != nil {
@@ -109,34 +108,26 @@ func requireEnqueued(t testing.TB, q querier, schema, kind string, payload any) 
 		if raw, ok := payload.(json.RawMessage); ok {
 			b = raw
 		}
-		want = string(b)
+		want = b
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	rows, err := q.Query(ctx, `SELECT id, payload @> $2::jsonb, payload::text, state FROM `+sqlident.Quote(schema, "jobs")+`
-		WHERE kind = $1 ORDER BY (payload @> $2::jsonb) DESC, id DESC LIMIT $3`, kind, want, listed)
+	match, err := list(ctx, queue.JobListParams{Kind: kind, PayloadContains: want, Limit: 1})
 	if err != nil {
 		t.Fatalf("pgwaketest: RequireEnqueued: %v", err)
 		return 0
 	}
-	defer rows.Close()
-	var others []string
-	for rows.Next() {
-		var id int64
-		var match bool
-		var got, state string
-		if err := rows.Scan(&id, &match, &got, &state); err != nil {
-			t.Fatalf("pgwaketest: RequireEnqueued: %v", err)
-			return 0
-		}
-		if match {
-			return id
-		}
-		others = append(others, fmt.Sprintf("  job %d (%s): %s", id, state, got))
+	if len(match.Jobs) == 1 {
+		return match.Jobs[0].ID
 	}
-	if err := rows.Err(); err != nil {
+	newest, err := list(ctx, queue.JobListParams{Kind: kind, WithPayload: true, Limit: listed})
+	if err != nil {
 		t.Fatalf("pgwaketest: RequireEnqueued: %v", err)
 		return 0
+	}
+	var others []string
+	for _, j := range newest.Jobs {
+		others = append(others, fmt.Sprintf("  job %d (%s): %s", j.ID, j.State, j.Payload))
 	}
 	msg := fmt.Sprintf("pgwaketest: no job of kind %q with a payload containing %s was enqueued", kind, want)
 	if len(others) == 0 {

@@ -26,7 +26,8 @@ type JobInfo struct {
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	UniqueKey   string     `json:"unique_key,omitempty"`
 	LastError   string     `json:"last_error,omitempty"`
-	// Payload is set by JobGet only.
+	// Payload is set by JobGet, and by JobList when
+	// JobListParams.WithPayload is set.
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -58,6 +59,12 @@ type JobListParams struct {
 	// ErrorContains keeps jobs whose last error contains it, ignoring case
 	// (at most MaxErrorFilterLen bytes). Default: any.
 	ErrorContains string
+	// PayloadContains keeps jobs whose payload contains it as jsonb's @>
+	// does (every key given must match; others may be there). It must be
+	// valid JSON. Default: any payload.
+	PayloadContains json.RawMessage
+	// WithPayload sets each JobInfo's Payload. Default: without payloads.
+	WithPayload bool
 	// Before is the keyset cursor: only jobs with an id below it (a
 	// JobListPage's Next). Default 0: from the newest.
 	Before int64
@@ -113,6 +120,9 @@ func (p *JobListParams) validate() error {
 			}
 		}
 	}
+	if p.PayloadContains != nil && !json.Valid(p.PayloadContains) {
+		return &FilterError{Field: "PayloadContains", Reason: "not valid JSON"}
+	}
 	if !p.CreatedAfter.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedAfter.Before(p.CreatedBefore) {
 		return &FilterError{Field: "CreatedBefore", Reason: "not after CreatedAfter"}
 	}
@@ -151,11 +161,24 @@ func (c *Client) JobGet(ctx context.Context, id int64) (JobInfo, error) {
 	return j, nil
 }
 
-// JobList returns the newest jobs matching p, without payloads, and the
-// cursor of the next page. Pages are stable under concurrent enqueues: a
-// new job has a higher id than every page's cursor. A bad filter returns a
-// *FilterError before any SQL runs.
+// JobList returns the newest jobs matching p, without payloads unless
+// p.WithPayload, and the cursor of the next page. Pages are stable under
+// concurrent enqueues: a new job has a higher id than every page's cursor.
+// A bad filter returns a *FilterError before any SQL runs.
 func (c *Client) JobList(ctx context.Context, p JobListParams) (JobListPage, error) {
+	return c.jobList(ctx, c.pool, p)
+}
+
+// JobListTx is JobList inside tx: it sees the jobs tx enqueued or changed
+// before it commits (pgwaketest.RequireEnqueuedTx uses it).
+func (c *Client) JobListTx(ctx context.Context, tx pgx.Tx, p JobListParams) (JobListPage, error) {
+	if tx == nil {
+		return JobListPage{}, fmt.Errorf("%w: nil transaction", ErrInvalidConfig)
+	}
+	return c.jobList(ctx, tx, p)
+}
+
+func (c *Client) jobList(ctx context.Context, q querier, p JobListParams) (JobListPage, error) {
 	if err := p.validate(); err != nil {
 		return JobListPage{}, err
 	}
@@ -166,13 +189,19 @@ func (c *Client) JobList(ctx context.Context, p JobListParams) (JobListPage, err
 	if !p.CreatedBefore.IsZero() {
 		before = &p.CreatedBefore
 	}
-	rows, err := c.pool.Query(ctx, c.sql.read.jobList, p.State, p.Queue, p.Kind, after, before, p.ErrorContains, p.Before, p.Limit+1)
+	var contains *string
+	if p.PayloadContains != nil {
+		s := string(p.PayloadContains)
+		contains = &s
+	}
+	rows, err := q.Query(ctx, c.sql.read.jobList, p.State, p.Queue, p.Kind, after, before, p.ErrorContains, p.Before, p.Limit+1,
+		contains, p.WithPayload)
 	if err != nil {
 		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
 		var j JobInfo
-		return j, scanJobInfo(r, &j)
+		return j, scanJobInfo(r, &j, &j.Payload)
 	})
 	if err != nil {
 		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -161,12 +162,13 @@ func TestJobListRejectsBadFiltersBeforeSQL(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now()
 	for name, p := range map[string]queue.JobListParams{
-		"State":         {State: "exploded"},
-		"Limit":         {Limit: queue.MaxJobListLimit + 1},
-		"Before":        {Before: -1},
-		"CreatedBefore": {CreatedAfter: now, CreatedBefore: now.Add(-time.Second)},
-		"ErrorContains": {ErrorContains: string(make([]byte, queue.MaxErrorFilterLen+1))},
-		"Queue":         {Queue: "a\x00b"},
+		"State":           {State: "exploded"},
+		"Limit":           {Limit: queue.MaxJobListLimit + 1},
+		"Before":          {Before: -1},
+		"CreatedBefore":   {CreatedAfter: now, CreatedBefore: now.Add(-time.Second)},
+		"ErrorContains":   {ErrorContains: string(make([]byte, queue.MaxErrorFilterLen+1))},
+		"Queue":           {Queue: "a\x00b"},
+		"PayloadContains": {PayloadContains: json.RawMessage(`{"a":`)},
 	} {
 		_, err := c.JobList(context.Background(), p)
 		var fe *queue.FilterError
@@ -180,6 +182,43 @@ func TestJobListRejectsBadFiltersBeforeSQL(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	_, err = c.EventsAfter(context.Background(), 0, 0)
 	require.ErrorAs(t, err, &fe)
+}
+
+// JobListTx sees the jobs its transaction enqueued before the commit;
+// PayloadContains keeps jobs whose payload contains the JSON given, and
+// WithPayload returns the payloads.
+func TestJobListTxPayloadFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var ids []int64
+	for _, to := range []string{"ann", "bob", "ann"} {
+		r, err := e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "mail", Payload: map[string]string{"to": to, "lang": "en"}})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	require.Empty(t, listIDs(t, e.c, queue.JobListParams{Kind: "mail"}), "outside the transaction: not yet")
+
+	page, err := e.c.JobListTx(ctx, tx, queue.JobListParams{Kind: "mail", PayloadContains: json.RawMessage(`{"to": "ann"}`)})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 2)
+	require.Equal(t, []int64{ids[2], ids[0]}, []int64{page.Jobs[0].ID, page.Jobs[1].ID}, "newest first")
+	require.Empty(t, page.Jobs[0].Payload, "no payload unless asked")
+
+	page, err = e.c.JobListTx(ctx, tx, queue.JobListParams{PayloadContains: json.RawMessage(`{"to": "bob"}`), WithPayload: true})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, ids[1], page.Jobs[0].ID)
+	require.JSONEq(t, `{"to": "bob", "lang": "en"}`, string(page.Jobs[0].Payload))
+
+	page, err = e.c.JobListTx(ctx, tx, queue.JobListParams{PayloadContains: json.RawMessage(`{"to": "cy"}`)})
+	require.NoError(t, err)
+	require.Empty(t, page.Jobs)
+	_, err = e.c.JobListTx(ctx, nil, queue.JobListParams{})
+	require.ErrorIs(t, err, queue.ErrInvalidConfig)
 }
 
 func TestJobGetEventsAndEventsAfter(t *testing.T) {

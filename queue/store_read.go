@@ -10,7 +10,8 @@ type readStatements struct {
 	// jobList is up to $8 jobs, newest first, with id below $7 (0: no
 	// cursor), state $1, queue $2, kind $3 ('' : any), created in
 	// [$4, $5) (NULL: open), last error containing $6 ignoring case ('':
-	// any). Rows: jobCols.
+	// any), payload containing $9 (jsonb @>; NULL: any). Rows: jobCols,
+	// then the payload when $10 (else NULL).
 	jobList string
 	// jobEvents is job $1's events in id order. Rows: eventCols.
 	jobEvents string
@@ -59,11 +60,11 @@ func newReadStatements(schema string) readStatements {
 	succeeded := `SELECT 1 FROM ` + jobs + ` WHERE state = 'succeeded' AND finished_at > now() - interval '1 minute' AND queue = $1::text`
 	return readStatements{
 		jobGet: `SELECT ` + jobCols + `, payload FROM ` + jobs + ` WHERE id = $1::bigint`,
-		jobList: `SELECT ` + jobCols + ` FROM ` + jobs + `
+		jobList: `SELECT ` + jobCols + `, CASE WHEN $10::bool THEN payload END FROM ` + jobs + `
 WHERE ($1::text = '' OR state = $1::text) AND ($2::text = '' OR queue = $2::text) AND ($3::text = '' OR kind = $3::text)
 	AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz) AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
 	AND ($6::text = '' OR pg_catalog.strpos(pg_catalog.lower(coalesce(last_error, '')), pg_catalog.lower($6::text)) > 0)
-	AND ($7::bigint = 0 OR id < $7::bigint)
+	AND ($7::bigint = 0 OR id < $7::bigint) AND ($9::jsonb IS NULL OR payload @> $9::jsonb)
 ORDER BY id DESC LIMIT $8::int`,
 		jobEvents:   `SELECT ` + eventCols + ` FROM ` + events + ` WHERE job_id = $1::bigint ORDER BY id`,
 		eventsAfter: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
