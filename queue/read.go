@@ -286,6 +286,17 @@ func (c *Client) LastEventID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// EventCount counts the committed events with an id above afterID (0: every
+// event). It reads every such row: for benchmarks, tests and checks, not a
+// dashboard's refresh.
+func (c *Client) EventCount(ctx context.Context, afterID int64) (int64, error) {
+	var n int64
+	if err := c.pool.QueryRow(ctx, c.sql.read.eventCount, afterID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("queue: count events after %d: %w", afterID, err)
+	}
+	return n, nil
+}
+
 // EventsChannel is the channel that transactions writing events NOTIFY
 // while a watcher is registered (WatchEvents).
 func EventsChannel(schema string) string { return schema + "_events" }

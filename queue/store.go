@@ -101,6 +101,8 @@ type statements struct {
 	periodic periodicStatements
 	// read are the read API's statements (store_read.go).
 	read readStatements
+	// seed are the bulk writes for benchmarks and tests (store_seed.go).
+	seed seedStatements
 }
 
 // stateIs is the check that a job found by id is still in state, for the
@@ -141,6 +143,7 @@ func newStatements(schema string) statements {
 	s.retentionStatements(t)
 	s.periodic = newPeriodicStatements(schema)
 	s.read = newReadStatements(schema)
+	s.seed = newSeedStatements(schema)
 	return s
 }
 

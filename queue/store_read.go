@@ -23,6 +23,8 @@ type readStatements struct {
 	eventsByID string
 	// lastEventID is the highest event id (0: none).
 	lastEventID string
+	// eventCount counts the events with id above $1.
+	eventCount string
 	// stats counts each queue's jobs, every count capped at $1 rows. Rows:
 	// queue, pending (due, including held attempts in flight), scheduled,
 	// running leased, held attempts in flight, failed, succeeded in the last
@@ -70,6 +72,7 @@ ORDER BY id DESC LIMIT $8::int`,
 		eventsAfter: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
 		eventsByID:  `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
 		lastEventID: `SELECT coalesce(max(id), 0) FROM ` + events,
+		eventCount:  `SELECT count(*) FROM ` + events + ` WHERE id > $1::bigint`,
 		stats:       statsSQL(jobs, attempts, paused),
 
 		estimatePending:   `EXPLAIN (FORMAT JSON) ` + pendingDue,
