@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgwake/pgwake/events"
-	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -26,24 +25,18 @@ const housekeepingBatch = 1000
 // 14 days and windows of 1,000 events.
 func (p *Pgwake) Housekeep(ctx context.Context, kept, expired int) (Housekeeping, error) {
 	var h Housekeeping
-	jobs, evs := sqlident.Quote(p.schema, "jobs"), sqlident.Quote(p.schema, "events")
-	for _, q := range []struct {
-		sql string
-		n   int
-	}{
-		{`INSERT INTO ` + evs + ` (job_id, type, queue, kind, attempt, at)
-			SELECT -g, 'succeeded', 'bench', 'bench', 1, now() - interval '30 days' FROM generate_series(1, $1::int) g`, expired},
-		{`INSERT INTO ` + jobs + ` (queue, kind, state, attempts, finished_at)
-			SELECT 'bench', 'bench', 'succeeded', 1, now() - interval '2 days' - g * interval '1 millisecond' FROM generate_series(1, $1::int) g`, expired},
-		{`WITH j AS (
-			INSERT INTO ` + jobs + ` (queue, kind, state, attempts, last_error, finished_at)
-			SELECT 'bench', 'bench', 'failed', 1, 'boom', now() - interval '2 days' - (g % 345600) * interval '1 second'
-			FROM generate_series(1, $1::int) g
-			RETURNING id, finished_at)
-		INSERT INTO ` + evs + ` (job_id, type, queue, kind, attempt, at, data)
-		SELECT id, 'failed', 'bench', 'bench', 1, finished_at, '{"error": "boom"}' FROM j`, kept},
+	now := time.Now()
+	for _, seed := range []queue.FinishedSeed{
+		// events of deleted jobs, 30 days old
+		{Count: expired, State: queue.StateSucceeded, FinishedAt: now.Add(-30 * 24 * time.Hour), EventsOnly: true},
+		// expired succeeded jobs, without events
+		{Count: expired, State: queue.StateSucceeded, FinishedAt: now.Add(-48 * time.Hour), Spacing: time.Millisecond},
+		// kept failed jobs, one failed event each
+		{Count: kept, State: queue.StateFailed, FinishedAt: now.Add(-48 * time.Hour), Spacing: time.Second, Cycle: 345600,
+			LastError: "boom", Events: queue.SeedFinalEvent},
 	} {
-		if _, err := p.env.Pool.Exec(ctx, q.sql, q.n); err != nil {
+		seed.Queue, seed.Kind = BenchQueue, BenchKind
+		if _, err := p.client.SeedFinished(ctx, seed); err != nil {
 			return h, fmt.Errorf("fill tables: %w", err)
 		}
 	}
@@ -87,17 +80,15 @@ func (p *Pgwake) Housekeep(ctx context.Context, kept, expired int) (Housekeeping
 // Settle vacuums and analyzes the jobs and events tables, so that no
 // autovacuum of a bulk insert runs during the measurement after it.
 func (p *Pgwake) Settle(ctx context.Context) error {
-	for _, t := range []string{"jobs", "events"} {
-		if _, err := p.env.Pool.Exec(ctx, `VACUUM ANALYZE `+sqlident.Quote(p.schema, t)); err != nil {
-			return err
-		}
+	if err := p.client.VacuumAnalyze(ctx); err != nil {
+		return err
 	}
 	checkpoint(ctx, p.env.Pool)
 	return nil
 }
 
 // EnqueueSpread enqueues n jobs with one EnqueueMany, job i in queue
-// "q<i>", and counts the jobs table.
+// "q<i>", and counts the pending jobs of the schema (QueueStats, exact).
 func (p *Pgwake) EnqueueSpread(ctx context.Context, n int) (int64, error) {
 	jobs := make([]queue.NewJob, n)
 	for i := range jobs {
@@ -106,7 +97,10 @@ func (p *Pgwake) EnqueueSpread(ctx context.Context, n int) (int64, error) {
 	if _, err := p.client.EnqueueMany(ctx, jobs); err != nil {
 		return 0, err
 	}
+	st, err := p.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: -1})
 	var got int64
-	err := p.env.Pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(p.schema, "jobs")).Scan(&got)
+	for _, q := range st {
+		got += q.Pending + q.Scheduled
+	}
 	return got, err
 }

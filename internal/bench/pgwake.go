@@ -228,32 +228,23 @@ func (p *Pgwake) Unfinished(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// InsertFinished writes n succeeded jobs, with their enqueued and succeeded
-// events, straight into the tables.
+// InsertFinished writes n succeeded jobs, finished 59 minutes ago, with
+// their enqueued and succeeded events (queue.Client.SeedFinished), then
+// vacuums the tables.
 func (p *Pgwake) InsertFinished(ctx context.Context, n int) error {
-	jobs := sqlident.Quote(p.schema, "jobs")
-	events := sqlident.Quote(p.schema, "events")
 	const chunk = 100000
+	at := time.Now().Add(-59 * time.Minute)
 	for from := 0; from < n; from += chunk {
-		cnt := min(chunk, n-from)
-		_, err := p.env.Pool.Exec(ctx, `
-WITH j AS (
-	INSERT INTO `+jobs+` (queue, kind, payload, state, attempts, run_after, created_at, finished_at)
-	SELECT $1, $2, jsonb_build_object('seq', -g), 'succeeded', 1, now() - interval '1 hour', now() - interval '1 hour', now() - interval '59 minutes'
-	FROM generate_series(1, $3::int) g
-	RETURNING id, queue, kind, run_after, finished_at
-)
-INSERT INTO `+events+` (job_id, type, queue, kind, attempt, at, data)
-SELECT id, 'enqueued', queue, kind, 0, run_after, jsonb_build_object('run_after', run_after) FROM j
-UNION ALL
-SELECT id, 'succeeded', queue, kind, 1, finished_at, '{}' FROM j`, BenchQueue, BenchKind, cnt)
-		if err != nil {
+		if _, err := p.client.SeedFinished(ctx, queue.FinishedSeed{Count: min(chunk, n-from), Queue: BenchQueue, Kind: BenchKind,
+			State: queue.StateSucceeded, FinishedAt: at, SeqPayload: true, Events: queue.SeedAllEvents}); err != nil {
 			return err
 		}
 	}
-	_, err := p.env.Pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
-	return err
+	return p.client.VacuumAnalyze(ctx)
 }
+
+// Client is the client of the last Setup (no handlers, not running).
+func (p *Pgwake) Client() *queue.Client { return p.client }
 
 // Teardown drops the schema.
 func (p *Pgwake) Teardown(ctx context.Context) error {

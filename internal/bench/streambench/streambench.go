@@ -22,7 +22,6 @@ import (
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/natsbridge"
 	"github.com/pgwake/pgwake/internal/bench"
-	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
 // Mode returns the stream mode for bench.Options.Stream, publishing to the
@@ -155,8 +154,8 @@ func run(ctx context.Context, env *bench.Env, sizes bench.Sizes, natsURL string)
 	if err := waitAcked(ctx, pool, stream, 5*time.Minute); err != nil {
 		return res, err
 	}
-	var firstDrainID int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM `+sqlident.Quote(schema, "events")).Scan(&firstDrainID); err != nil {
+	firstDrainID, err := sys.Client().LastEventID(ctx)
+	if err != nil {
 		return res, err
 	}
 
@@ -172,8 +171,8 @@ func run(ctx context.Context, env *bench.Env, sizes bench.Sizes, natsURL string)
 		return res, err
 	}
 	for {
-		var left int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+sqlident.Quote(schema, "jobs")+` WHERE finished_at IS NULL`).Scan(&left); err != nil {
+		left, err := sys.Unfinished(ctx)
+		if err != nil {
 			stopLag()
 			_ = stopWorkers()
 			return res, err
@@ -202,9 +201,12 @@ func run(ctx context.Context, env *bench.Env, sizes bench.Sizes, natsURL string)
 		return res, err
 	}
 
-	var drainEvents, allEvents int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id > $1), count(*) FROM `+sqlident.Quote(schema, "events"), firstDrainID).
-		Scan(&drainEvents, &allEvents); err != nil {
+	drainEvents, err := sys.Client().EventCount(ctx, firstDrainID)
+	if err != nil {
+		return res, err
+	}
+	allEvents, err := sys.Client().EventCount(ctx, 0)
+	if err != nil {
 		return res, err
 	}
 	res.JobsPerSec = float64(n) / drained.Seconds()
