@@ -65,104 +65,34 @@ type batchLine struct {
 	UniquePeriod *string `json:"unique_period"`
 }
 
+// enqueueFlags are the parsed flags of enqueue.
+type enqueueFlags struct {
+	kind, queueName, payload, payloadFile, runAfter *string
+	uniqueKey, uniqueScope, uniqueHold              *string
+	delay, uniquePer                                *time.Duration
+	priority, maxAttempts                           *int
+	batch                                           *bool
+	stdinPayload                                    bool // "-": the payload is stdin
+}
+
 func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
-	fs := env.flags()
-	var (
-		kind        = fs.String("kind", "", "job kind, selects the handler (required unless every --batch line has one)")
-		queueName   = fs.String("queue", queue.DefaultQueue, "queue name")
-		payload     = fs.String("payload", "", "payload as JSON text (default {})")
-		payloadFile = fs.String("payload-file", "", "read the payload from this file (\"-\": stdin)")
-		delay       = fs.Duration("delay", 0, "run the job this long from now, e.g. 30s, 5m")
-		runAfter    = fs.String("run-after", "", "run the job at this time (RFC 3339, e.g. 2030-01-02T15:04:05Z)")
-		priority    = fs.Int("priority", 0, "lower runs first, -32768..32767")
-		maxAttempts = fs.Int("max-attempts", 5, "attempts before the job is marked failed")
-		uniqueKey   = fs.String("unique-key", "", "deduplicate: while a job holds this key, return its id instead")
-		uniqueScope = fs.String("unique-scope", "", "what the unique key is unique within: kind (default) or queue")
-		uniqueHold  = fs.String("unique-hold", "", "which jobs hold the key: active (pending or running, default), pending (until its first attempt) or succeeded (also after success)")
-		uniquePer   = fs.Duration("unique-period", 0, "hold the key for this long after the enqueue, whatever becomes of the job (debounce), e.g. 10m")
-		batch       = fs.Bool("batch", false, "read many jobs as JSON lines from stdin")
-	)
-	if err := env.parse(fs, args); err != nil {
+	f, err := parseEnqueueFlags(env, args)
+	if err != nil {
 		return err
 	}
-	stdinPayload := false
-	switch {
-	case fs.NArg() == 1 && fs.Arg(0) == "-":
-		stdinPayload = true
-	case fs.NArg() > 0:
-		return usagef("unexpected argument %q; give the payload with --payload, --payload-file or - (stdin)", fs.Arg(0))
+	base, err := f.baseJob()
+	if err != nil {
+		return err
 	}
-	var at time.Time
-	if *runAfter != "" {
-		t, err := time.Parse(time.RFC3339Nano, *runAfter)
-		if err != nil {
-			return usagef("--run-after %q is not an RFC 3339 time like 2030-01-02T15:04:05Z", *runAfter)
-		}
-		at = t
-		if *delay != 0 {
-			return usagef("give --delay or --run-after, not both")
-		}
-	}
-	if *delay < 0 {
-		return usagef("--delay %s is negative", *delay)
-	}
-	base := queue.NewJob{Queue: *queueName, Kind: *kind, Priority: *priority, Delay: *delay,
-		RunAfter: at, MaxAttempts: *maxAttempts, UniqueKey: *uniqueKey,
-		UniqueScope: queue.UniqueScope(*uniqueScope), UniqueHold: queue.UniqueHold(*uniqueHold), UniquePeriod: *uniquePer}
-
 	var jobs []queue.NewJob
-	if *batch {
-		if *payload != "" || *payloadFile != "" || stdinPayload {
-			return usagef("--batch reads jobs from stdin; give payloads in the lines, not with --payload, --payload-file or -")
-		}
-		var err error
-		if jobs, err = readBatch(env.stdin, base); err != nil {
-			return err
-		}
-		if len(jobs) == 0 {
-			return usagef("--batch: stdin has no jobs")
-		}
+	if *f.batch {
+		jobs, err = f.batchJobs(env, base)
 	} else {
-		if *kind == "" {
-			return usagef("--kind is required")
-		}
-		n := 0
-		for _, set := range []bool{*payload != "", *payloadFile != "", stdinPayload} {
-			if set {
-				n++
-			}
-		}
-		if n > 1 {
-			return usagef("give the payload one way: --payload, --payload-file or -")
-		}
-		var body []byte
-		switch {
-		case *payload != "":
-			body = []byte(*payload)
-		case *payloadFile == "-" || stdinPayload:
-			b, err := io.ReadAll(env.stdin)
-			if err != nil {
-				return fmt.Errorf("read payload from stdin: %w", err)
-			}
-			body = b
-		case *payloadFile != "":
-			b, err := os.ReadFile(*payloadFile)
-			if err != nil {
-				return fmt.Errorf("read --payload-file: %w", err)
-			}
-			body = b
-		}
-		body = bytes.TrimSpace(body)
-		if len(body) > 0 && !json.Valid(body) {
-			return usagef("the payload is not valid JSON (%d bytes); quote it for the shell, e.g. --payload '{\"id\":1}'", len(body))
-		}
-		j := base
-		if len(body) > 0 {
-			j.Payload = json.RawMessage(body)
-		}
-		jobs = []queue.NewJob{j}
+		jobs, err = f.oneJob(env, base)
 	}
-
+	if err != nil {
+		return err
+	}
 	client, pool, err := env.connectClient(ctx)
 	if err != nil {
 		return err
@@ -172,13 +102,130 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		var je *queue.JobError
 		if errors.As(err, &je) {
-			if *batch {
+			if *f.batch {
 				return fmt.Errorf("line with job %d: %s: %v; nothing was enqueued", je.Index+1, je.Field, je.Err)
 			}
 			return usagef("%s: %v", je.Field, je.Err)
 		}
 		return explainSchemaError(err, env.schema)
 	}
+	return printEnqueued(env, res)
+}
+
+// parseEnqueueFlags parses enqueue's flags and its one optional argument,
+// "-" (the payload is stdin).
+func parseEnqueueFlags(env *cliEnv, args []string) (enqueueFlags, error) {
+	fs := env.flags()
+	f := enqueueFlags{
+		kind:        fs.String("kind", "", "job kind, selects the handler (required unless every --batch line has one)"),
+		queueName:   fs.String("queue", queue.DefaultQueue, "queue name"),
+		payload:     fs.String("payload", "", "payload as JSON text (default {})"),
+		payloadFile: fs.String("payload-file", "", "read the payload from this file (\"-\": stdin)"),
+		delay:       fs.Duration("delay", 0, "run the job this long from now, e.g. 30s, 5m"),
+		runAfter:    fs.String("run-after", "", "run the job at this time (RFC 3339, e.g. 2030-01-02T15:04:05Z)"),
+		priority:    fs.Int("priority", 0, "lower runs first, -32768..32767"),
+		maxAttempts: fs.Int("max-attempts", 5, "attempts before the job is marked failed"),
+		uniqueKey:   fs.String("unique-key", "", "deduplicate: while a job holds this key, return its id instead"),
+		uniqueScope: fs.String("unique-scope", "", "what the unique key is unique within: kind (default) or queue"),
+		uniqueHold:  fs.String("unique-hold", "", "which jobs hold the key: active (pending or running, default), pending (until its first attempt) or succeeded (also after success)"),
+		uniquePer:   fs.Duration("unique-period", 0, "hold the key for this long after the enqueue, whatever becomes of the job (debounce), e.g. 10m"),
+		batch:       fs.Bool("batch", false, "read many jobs as JSON lines from stdin"),
+	}
+	if err := env.parse(fs, args); err != nil {
+		return f, err
+	}
+	switch {
+	case fs.NArg() == 1 && fs.Arg(0) == "-":
+		f.stdinPayload = true
+	case fs.NArg() > 0:
+		return f, usagef("unexpected argument %q; give the payload with --payload, --payload-file or - (stdin)", fs.Arg(0))
+	}
+	return f, nil
+}
+
+// baseJob is the job the flags describe, without its payload: every job of
+// a batch starts from it.
+func (f enqueueFlags) baseJob() (queue.NewJob, error) {
+	var at time.Time
+	if *f.runAfter != "" {
+		t, err := time.Parse(time.RFC3339Nano, *f.runAfter)
+		if err != nil {
+			return queue.NewJob{}, usagef("--run-after %q is not an RFC 3339 time like 2030-01-02T15:04:05Z", *f.runAfter)
+		}
+		at = t
+		if *f.delay != 0 {
+			return queue.NewJob{}, usagef("give --delay or --run-after, not both")
+		}
+	}
+	if *f.delay < 0 {
+		return queue.NewJob{}, usagef("--delay %s is negative", *f.delay)
+	}
+	return queue.NewJob{Queue: *f.queueName, Kind: *f.kind, Priority: *f.priority, Delay: *f.delay,
+		RunAfter: at, MaxAttempts: *f.maxAttempts, UniqueKey: *f.uniqueKey,
+		UniqueScope: queue.UniqueScope(*f.uniqueScope), UniqueHold: queue.UniqueHold(*f.uniqueHold), UniquePeriod: *f.uniquePer}, nil
+}
+
+// batchJobs reads --batch's JSON lines from stdin.
+func (f enqueueFlags) batchJobs(env *cliEnv, base queue.NewJob) ([]queue.NewJob, error) {
+	if *f.payload != "" || *f.payloadFile != "" || f.stdinPayload {
+		return nil, usagef("--batch reads jobs from stdin; give payloads in the lines, not with --payload, --payload-file or -")
+	}
+	jobs, err := readBatch(env.stdin, base)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, usagef("--batch: stdin has no jobs")
+	}
+	return jobs, nil
+}
+
+// oneJob is base with the payload given one way: --payload, --payload-file
+// or stdin.
+func (f enqueueFlags) oneJob(env *cliEnv, base queue.NewJob) ([]queue.NewJob, error) {
+	if *f.kind == "" {
+		return nil, usagef("--kind is required")
+	}
+	n := 0
+	for _, set := range []bool{*f.payload != "", *f.payloadFile != "", f.stdinPayload} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, usagef("give the payload one way: --payload, --payload-file or -")
+	}
+	var body []byte
+	switch {
+	case *f.payload != "":
+		body = []byte(*f.payload)
+	case *f.payloadFile == "-" || f.stdinPayload:
+		b, err := io.ReadAll(env.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read payload from stdin: %w", err)
+		}
+		body = b
+	case *f.payloadFile != "":
+		b, err := os.ReadFile(*f.payloadFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --payload-file: %w", err)
+		}
+		body = b
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && !json.Valid(body) {
+		return nil, usagef("the payload is not valid JSON (%d bytes); quote it for the shell, e.g. --payload '{\"id\":1}'", len(body))
+	}
+	j := base
+	if len(body) > 0 {
+		j.Payload = json.RawMessage(body)
+	}
+	return []queue.NewJob{j}, nil
+}
+
+// printEnqueued prints each job's id on stdout (a duplicate's: the
+// holder's) and says on stderr which unique keys were held.
+func printEnqueued(env *cliEnv, res []queue.EnqueueResult) error {
 	w := bufio.NewWriter(env.stdout)
 	dups := 0
 	for _, r := range res {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/backoff"
@@ -118,15 +119,51 @@ type workerOptions struct {
 }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
+	o, err := parseWorkerFlags(env, args)
+	if err != nil {
+		return err
+	}
+	pool, err := env.connectWith(ctx, func(c *pgxpool.Config) { sizeWorkerPool(c, o) })
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	reg := newRegistry()
+	cfg, err := workerConfig(env, o, reg)
+	if err != nil {
+		return err
+	}
+	client, err := queue.New(pool, cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := checkSchema(ctx, pool, env.schema); err != nil {
+		return err
+	}
+	return serveWorker(ctx, env, o, client, reg)
+}
+
+// workerFlags are the flags whose values parseWorkerFlags checks and turns
+// into workerOptions.
+type workerFlags struct {
+	queues, periodicQueue                *string
+	periodicSkip                         *bool
+	handlers, timeouts, leased, periodic multiFlag
+	checkRetention                       func() error
+}
+
+// parseWorkerFlags parses and checks the worker's flags: every usage error
+// is reported before anything connects.
+func parseWorkerFlags(env *cliEnv, args []string) (workerOptions, error) {
 	fs := env.flags()
-	var handlerFlags, timeoutFlags, leasedFlags, periodicFlags multiFlag
+	var f workerFlags
 	var o workerOptions
-	queues := fs.String("queues", queue.DefaultQueue, "comma-separated queues to work")
+	f.queues = fs.String("queues", queue.DefaultQueue, "comma-separated queues to work")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once per queue")
-	fs.Var(&handlerFlags, "handler", "KIND=exec:COMMAND, repeatable")
+	fs.Var(&f.handlers, "handler", "KIND=exec:COMMAND, repeatable")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", time.Minute, "longest one attempt may run; 0 or negative: no limit")
-	fs.Var(&timeoutFlags, "kind-timeout", "KIND=DURATION, overrides --job-timeout for a kind, repeatable")
-	fs.Var(&leasedFlags, "leased", "KIND: run that kind in leased mode (claim commits, no transaction held while the command runs, lease renewed by heartbeat), repeatable")
+	fs.Var(&f.timeouts, "kind-timeout", "KIND=DURATION, overrides --job-timeout for a kind, repeatable")
+	fs.Var(&f.leased, "leased", "KIND: run that kind in leased mode (claim commits, no transaction held while the command runs, lease renewed by heartbeat), repeatable")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", queue.DefaultLeaseDuration, "how long a leased job's claim lasts without a heartbeat (renewed every third of it)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "longest a worker waits without looking when no NOTIFY arrives")
 	fs.DurationVar(&o.termGrace, "term-grace", 5*time.Second, "when a command's attempt ends early (jobs cancel, timeout, shutdown deadline): time between SIGTERM and SIGKILL to its process group; 0 sends SIGKILL at once")
@@ -134,41 +171,46 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
 	fs.BoolVar(&o.handlerConnEnv, "handler-connection-env", false, "pass pgwake's connection settings (DATABASE_URL, PGWAKE_*, PGPASSWORD and the other libpq PG* variables) to handler commands; default: removed from their environment")
-	checkRetention := retentionFlags(fs, "retain-", &o.retention)
-	fs.Var(&periodicFlags, "periodic", "'SPEC KIND [JSON]': enqueue a KIND job (payload JSON) once per slot of SPEC (cron, or @every D), whatever the number of workers; repeatable")
-	periodicQueue := fs.String("periodic-queue", "", "queue of the --periodic jobs (default: the first of --queues)")
-	periodicSkip := fs.Bool("periodic-skip-missed", false, "skip --periodic slots that passed while no worker ran (default: run the latest of them once)")
+	f.checkRetention = retentionFlags(fs, "retain-", &o.retention)
+	fs.Var(&f.periodic, "periodic", "'SPEC KIND [JSON]': enqueue a KIND job (payload JSON) once per slot of SPEC (cron, or @every D), whatever the number of workers; repeatable")
+	f.periodicQueue = fs.String("periodic-queue", "", "queue of the --periodic jobs (default: the first of --queues)")
+	f.periodicSkip = fs.Bool("periodic-skip-missed", false, "skip --periodic slots that passed while no worker ran (default: run the latest of them once)")
 	fs.StringVar(&o.listenerURL, "listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($PGWAKE_LISTENER_URL)")
 	if err := env.parseNoArgs(fs, args); err != nil {
-		return err
+		return o, err
 	}
 	if o.listenerURL == "" {
 		o.listenerURL = envOr(envListenerURL, "")
 	}
+	return o, checkWorkerFlags(&o, f)
+}
+
+// checkWorkerFlags fills o from f's values and checks every value.
+func checkWorkerFlags(o *workerOptions, f workerFlags) error {
 	var err error
-	if o.queues, err = parseQueues(*queues); err != nil {
+	if o.queues, err = parseQueues(*f.queues); err != nil {
 		return err
 	}
 	if o.concurrency < 1 || o.concurrency > queue.MaxMaxWorkers {
 		return usagef("--concurrency %d is outside 1..%d", o.concurrency, queue.MaxMaxWorkers)
 	}
-	if o.handlers, err = parseHandlers(handlerFlags); err != nil {
+	if o.handlers, err = parseHandlers(f.handlers); err != nil {
 		return err
 	}
-	if o.kindTimeouts, err = parseKindTimeouts(timeoutFlags, o.handlers); err != nil {
+	if o.kindTimeouts, err = parseKindTimeouts(f.timeouts, o.handlers); err != nil {
 		return err
 	}
-	for _, k := range leasedFlags {
+	for _, k := range f.leased {
 		if _, ok := o.handlers[k]; !ok {
 			return usagef("--leased %q: no --handler for that kind", k)
 		}
 	}
-	o.leased = leasedFlags
-	pq := *periodicQueue
+	o.leased = f.leased
+	pq := *f.periodicQueue
 	if pq == "" {
 		pq = o.queues[0]
 	}
-	if o.periodic, err = parsePeriodic(periodicFlags, pq, *periodicSkip); err != nil {
+	if o.periodic, err = parsePeriodic(f.periodic, pq, *f.periodicSkip); err != nil {
 		return err
 	}
 	if o.pollInterval < queue.MinPollInterval {
@@ -183,34 +225,38 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	if o.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout is negative")
 	}
-	if err := checkRetention(); err != nil {
-		return err
-	}
+	return f.checkRetention()
+}
 
-	pool, err := env.connectWith(ctx, func(c *pgxpool.Config) {
-		// What the workers need (queue.MinPoolConns: every running job holds
-		// its claim transaction's connection), plus one for the health check.
-		qs := map[string]queue.QueueConfig{}
-		for _, q := range o.queues {
-			qs[q] = queue.QueueConfig{MaxWorkers: o.concurrency}
-		}
-		if need := int32(queue.MinPoolConns(queue.Config{Queues: qs}) + 1); c.MaxConns < need && !strings.Contains(c.ConnString(), "pool_max_conns") {
-			c.MaxConns = need
-		}
-	})
-	if err != nil {
-		return err
+// workerQueues is each of o's queues with o's concurrency.
+func workerQueues(o workerOptions) map[string]queue.QueueConfig {
+	qs := make(map[string]queue.QueueConfig, len(o.queues))
+	for _, q := range o.queues {
+		qs[q] = queue.QueueConfig{MaxWorkers: o.concurrency}
 	}
-	defer pool.Close()
+	return qs
+}
 
+// sizeWorkerPool raises the pool to what the workers need
+// (queue.MinPoolConns: every running job holds its claim transaction's
+// connection), plus one for the health check, unless the URL sets
+// pool_max_conns.
+func sizeWorkerPool(c *pgxpool.Config, o workerOptions) {
+	if need := int32(queue.MinPoolConns(queue.Config{Queues: workerQueues(o)}) + 1); c.MaxConns < need && !strings.Contains(c.ConnString(), "pool_max_conns") {
+		c.MaxConns = need
+	}
+}
+
+// workerConfig builds the client's config: exec handlers, queues, timeouts,
+// the retry backoff and the LISTEN connection.
+func workerConfig(env *cliEnv, o workerOptions, reg *prometheus.Registry) (queue.Config, error) {
 	var listenerCC *pgx.ConnConfig
 	if o.listenerURL != "" {
+		var err error
 		if listenerCC, err = pgx.ParseConfig(o.listenerURL); err != nil {
-			return usagef("--listener-url %s: %s", redactURL(o.listenerURL), parseErrCause(err))
+			return queue.Config{}, usagef("--listener-url %s: %s", redactURL(o.listenerURL), parseErrCause(err))
 		}
 	}
-
-	reg := newRegistry()
 	procs := newProcGroups()
 	env.onHardStop(procs.killAll)
 	handlers := make(map[string]queue.Handler, len(o.handlers))
@@ -218,18 +264,14 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	for kind, command := range o.handlers {
 		handlers[kind] = &execHandler{command: command, env: environ, stdout: env.stdout, stderr: env.stderr, procs: procs, grace: o.termGrace}
 	}
-	qs := make(map[string]queue.QueueConfig, len(o.queues))
-	for _, q := range o.queues {
-		qs[q] = queue.QueueConfig{MaxWorkers: o.concurrency}
-	}
 	jobTimeout := o.jobTimeout
 	if jobTimeout <= 0 {
 		jobTimeout = -1
 	}
 	base := o.retryBackoff
-	client, err := queue.New(pool, queue.Config{
+	return queue.Config{
 		Schema:             env.schema,
-		Queues:             qs,
+		Queues:             workerQueues(o),
 		Handlers:           handlers,
 		JobTimeout:         jobTimeout,
 		KindTimeouts:       o.kindTimeouts,
@@ -243,17 +285,16 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
 		Registerer:         reg,
-	})
-	if err != nil {
-		return usagef("%v", err)
-	}
-	if err := checkSchema(ctx, pool, env.schema); err != nil {
-		return err
-	}
+	}, nil
+}
 
+// serveWorker serves /metrics and /healthz (unless off) and runs client
+// until ctx ends.
+func serveWorker(ctx context.Context, env *cliEnv, o workerOptions, client *queue.Client, reg *prometheus.Registry) error {
 	var ms *metricsServer
 	if !metricsOff(o.metricsAddr) {
-		if ms, err = listenMetrics(o.metricsAddr, reg, pool, env.log); err != nil {
+		var err error
+		if ms, err = listenMetrics(o.metricsAddr, reg, client.Pool(), env.log); err != nil {
 			return err
 		}
 		go ms.serve(env.log)
