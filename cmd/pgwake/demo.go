@@ -61,6 +61,43 @@ type demoOptions struct {
 }
 
 func runDemo(ctx context.Context, env *cliEnv, args []string) error {
+	o, err := parseDemoFlags(env, args)
+	if err != nil {
+		return err
+	}
+	schema := demoSchemaPrefix + randomSuffix()
+	pool, cleanup, err := demoDatabase(ctx, env, schema, int32(o.concurrency+o.concurrency/2+4))
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Up(ctx, pool, schema); err != nil {
+		return err
+	}
+	reg := newRegistry()
+	if !metricsOff(o.metricsAddr) {
+		ms, err := listenMetrics(o.metricsAddr, reg, pool, env.log)
+		if err != nil {
+			fmt.Fprintf(env.stdout, "pgwake demo: %v (continuing without metrics)\n", err)
+		} else {
+			go ms.serve(env.log)
+			defer ms.shutdown()
+			fmt.Fprintf(env.stdout, "pgwake demo: metrics at http://%s/metrics while the demo runs\n", ms.addr)
+		}
+	}
+	err = demo.Run(ctx, demo.Config{
+		Pool: pool, Schema: schema,
+		Jobs: o.jobs, Rate: o.rate, Concurrency: o.concurrency, Timeout: o.timeout,
+		Out: env.stdout, Logger: env.log, Registry: reg,
+	})
+	if errors.Is(err, demo.ErrInterrupted) {
+		return interruptedError(err.Error())
+	}
+	return err
+}
+
+// parseDemoFlags parses and checks the demo's flags.
+func parseDemoFlags(env *cliEnv, args []string) (demoOptions, error) {
 	fs := env.flags()
 	var o demoOptions
 	fs.IntVar(&o.jobs, "jobs", 1500, "how many jobs to enqueue")
@@ -73,96 +110,79 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 		args = append([]string{"--log-level", "error"}, args...)
 	}
 	if err := env.parseNoArgs(fs, args); err != nil {
-		return err
+		return o, err
 	}
 	if o.jobs < 1 || o.jobs > 1_000_000 {
-		return usagef("--jobs %d is outside 1..1000000", o.jobs)
+		return o, usagef("--jobs %d is outside 1..1000000", o.jobs)
 	}
 	if o.rate <= 0 || math.IsInf(o.rate, 0) || math.IsNaN(o.rate) {
-		return usagef("--rate must be positive")
+		return o, usagef("--rate must be positive")
 	}
 	if o.concurrency < 2 || o.concurrency > 1000 {
-		return usagef("--concurrency %d is outside 2..1000", o.concurrency)
+		return o, usagef("--concurrency %d is outside 2..1000", o.concurrency)
 	}
-	out := env.stdout
+	return o, nil
+}
 
-	// The database: given, or a throwaway cluster.
-	var pool *pgxpool.Pool
-	schema := demoSchemaPrefix + randomSuffix()
-	mutate := func(c *pgxpool.Config) { c.MaxConns = int32(o.concurrency + o.concurrency/2 + 4) }
+// demoDatabase opens a pool of maxConns on the database given, or on a
+// throwaway cluster it starts. cleanup (never nil, to be called even on an
+// error) drops the schema from a given database, or removes the cluster.
+func demoDatabase(ctx context.Context, env *cliEnv, schema string, maxConns int32) (pool *pgxpool.Pool, cleanup func(), err error) {
+	out := env.stdout
+	mutate := func(c *pgxpool.Config) { c.MaxConns = maxConns }
 	if u, err := env.resolveURL(); err == nil {
 		fmt.Fprintf(out, "pgwake demo: using %s, schema %s (dropped at the end)\n", redactURL(u), schema)
 		if pool, err = openPool(ctx, u, mutate); err != nil {
-			return err
+			return nil, func() {}, err
 		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			// Sessions still ending (the listener, a worker's last
-			// statements) can make the drop a deadlock victim: try again.
-			var err error
-			for try := 0; try < 5; try++ {
-				if _, err = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+sqlident.Quote(schema)+` CASCADE`); err == nil || !isDeadlock(err) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if err != nil {
-				fmt.Fprintf(env.stderr, "pgwake demo: could not drop schema %s: %v\n", schema, err)
-			}
-			pool.Close()
-		}()
-	} else {
-		binDir, err := pgcluster.FindBinDir()
-		if err != nil {
-			return fmt.Errorf("no database URL given (--database-url, PGWAKE_DATABASE_URL) and %w", err)
-		}
-		fmt.Fprintf(out, "pgwake demo: starting a throwaway PostgreSQL (binaries %s) ...\n", binDir)
-		start := time.Now()
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: binDir})
-		if err != nil {
-			if ctx.Err() != nil {
-				return errors.New("interrupted")
-			}
-			return fmt.Errorf("start a throwaway PostgreSQL: %w", err)
-		}
-		env.onHardStop(func() { _ = cl.Stop() })
-		defer func() {
-			if err := cl.Stop(); err != nil {
-				fmt.Fprintf(env.stderr, "pgwake demo: removing the throwaway cluster: %v\n", err)
-			} else {
-				fmt.Fprintln(out, "pgwake demo: throwaway PostgreSQL stopped and removed")
-			}
-		}()
-		fmt.Fprintf(out, "pgwake demo: PostgreSQL ready on 127.0.0.1:%d in %s (removed on exit)\n", cl.Port, roundDuration(time.Since(start)))
-		if pool, err = openPool(ctx, cl.URL, mutate); err != nil {
-			return err
-		}
-		defer pool.Close()
+		return pool, func() { dropDemoSchema(env, pool, schema) }, nil
 	}
-	if _, err := migrations.Up(ctx, pool, schema); err != nil {
-		return err
+	binDir, err := pgcluster.FindBinDir()
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("no database URL given (--database-url, PGWAKE_DATABASE_URL) and %w", err)
 	}
-	reg := newRegistry()
-	if !metricsOff(o.metricsAddr) {
-		ms, err := listenMetrics(o.metricsAddr, reg, pool, env.log)
-		if err != nil {
-			fmt.Fprintf(out, "pgwake demo: %v (continuing without metrics)\n", err)
+	fmt.Fprintf(out, "pgwake demo: starting a throwaway PostgreSQL (binaries %s) ...\n", binDir)
+	start := time.Now()
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: binDir})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, func() {}, errors.New("interrupted")
+		}
+		return nil, func() {}, fmt.Errorf("start a throwaway PostgreSQL: %w", err)
+	}
+	env.onHardStop(func() { _ = cl.Stop() })
+	stop := func() {
+		if err := cl.Stop(); err != nil {
+			fmt.Fprintf(env.stderr, "pgwake demo: removing the throwaway cluster: %v\n", err)
 		} else {
-			go ms.serve(env.log)
-			defer ms.shutdown()
-			fmt.Fprintf(out, "pgwake demo: metrics at http://%s/metrics while the demo runs\n", ms.addr)
+			fmt.Fprintln(out, "pgwake demo: throwaway PostgreSQL stopped and removed")
 		}
 	}
-	err := demo.Run(ctx, demo.Config{
-		Pool: pool, Schema: schema,
-		Jobs: o.jobs, Rate: o.rate, Concurrency: o.concurrency, Timeout: o.timeout,
-		Out: out, Logger: env.log, Registry: reg,
-	})
-	if errors.Is(err, demo.ErrInterrupted) {
-		return interruptedError(err.Error())
+	fmt.Fprintf(out, "pgwake demo: PostgreSQL ready on 127.0.0.1:%d in %s (removed on exit)\n", cl.Port, roundDuration(time.Since(start)))
+	if pool, err = openPool(ctx, cl.URL, mutate); err != nil {
+		return nil, stop, err
 	}
-	return err
+	return pool, func() { pool.Close(); stop() }, nil
+}
+
+// dropDemoSchema drops the demo's schema from a given database and closes
+// pool.
+func dropDemoSchema(env *cliEnv, pool *pgxpool.Pool, schema string) {
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Sessions still ending (the listener, a worker's last statements) can
+	// make the drop a deadlock victim: try again.
+	var err error
+	for try := 0; try < 5; try++ {
+		if _, err = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+sqlident.Quote(schema)+` CASCADE`); err == nil || !isDeadlock(err) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pgwake demo: could not drop schema %s: %v\n", schema, err)
+	}
+	pool.Close()
 }
 
 func randomSuffix() string {

@@ -210,16 +210,9 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	if *to == "" {
 		*to = os.Getenv(envBrokerURL)
 	}
-	var topicFn events.TopicFunc
-	switch *topicBy {
-	case "":
-		topicFn = events.SingleTopic(*topic)
-	case "type":
-		topicFn = events.TopicPerType(*topic)
-	case "queue":
-		topicFn = events.TopicPerQueue(*topic)
-	default:
-		return usagef("--topic-by %q: use type or queue", *topicBy)
+	topicFn, err := forwardTopics(*topicBy, *topic)
+	if err != nil {
+		return err
 	}
 	if *slot != "" {
 		if err := events.ValidateSlotName(*slot); err != nil {
@@ -232,18 +225,7 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	case "off":
 		*deadLetter = ""
 	}
-	var pub message.Publisher
-	var err error
-	switch {
-	case *to == "":
-		return usagef("--to or %s is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/", envBrokerURL)
-	case strings.HasPrefix(*to, "nats://") || strings.HasPrefix(*to, "tls://"):
-		pub, err = natsbridge.NewPublisher(natsbridge.Config{URL: *to, Stream: *natsStream, Subjects: []string{*topic, *topic + ".>"}})
-	case strings.HasPrefix(*to, "amqp://") || strings.HasPrefix(*to, "amqps://"):
-		pub, err = amqpbridge.NewPublisher(amqpbridge.Config{URL: *to})
-	default:
-		return usagef("--to %q: use a nats:// or amqp:// URL", redactBrokerURL(*to))
-	}
+	pub, err := forwardPublisher(*to, *natsStream, *topic)
 	if err != nil {
 		return err
 	}
@@ -275,6 +257,33 @@ func eventsForward(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	env.log.Info("forwarder stopped", zap.String("acked", s.Acked().String()))
 	return nil
+}
+
+// forwardTopics is the topic function of --topic-by.
+func forwardTopics(by, topic string) (events.TopicFunc, error) {
+	switch by {
+	case "":
+		return events.SingleTopic(topic), nil
+	case "type":
+		return events.TopicPerType(topic), nil
+	case "queue":
+		return events.TopicPerQueue(topic), nil
+	}
+	return nil, usagef("--topic-by %q: use type or queue", by)
+}
+
+// forwardPublisher is the publisher of the broker URL to: NATS JetStream
+// (stream natsStream capturing topic and its subtopics) or AMQP.
+func forwardPublisher(to, natsStream, topic string) (message.Publisher, error) {
+	switch {
+	case to == "":
+		return nil, usagef("--to or %s is required: nats://HOST:4222 or amqp://USER:PASS@HOST:5672/", envBrokerURL)
+	case strings.HasPrefix(to, "nats://") || strings.HasPrefix(to, "tls://"):
+		return natsbridge.NewPublisher(natsbridge.Config{URL: to, Stream: natsStream, Subjects: []string{topic, topic + ".>"}})
+	case strings.HasPrefix(to, "amqp://") || strings.HasPrefix(to, "amqps://"):
+		return amqpbridge.NewPublisher(amqpbridge.Config{URL: to})
+	}
+	return nil, usagef("--to %q: use a nats:// or amqp:// URL", redactBrokerURL(to))
 }
 
 // redactBrokerURL hides a broker URL's credentials: NATS takes a token as

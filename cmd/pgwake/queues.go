@@ -100,24 +100,34 @@ func runQueues(ctx context.Context, env *cliEnv, args []string) error {
 		return explainSchemaError(err, env.schema)
 	}
 	if *asJSON {
-		type row struct {
-			Queue    string     `json:"queue"`
-			Paused   bool       `json:"paused"`
-			PausedAt *time.Time `json:"paused_at,omitempty"`
-		}
-		out := struct {
-			Queues []row `json:"queues"`
-		}{Queues: []row{}}
-		for _, q := range qs {
-			r := row{Queue: q.Queue, Paused: q.Paused}
-			if q.Paused {
-				at := q.PausedAt.UTC()
-				r.PausedAt = &at
-			}
-			out.Queues = append(out.Queues, r)
-		}
-		return json.NewEncoder(env.stdout).Encode(out)
+		return printQueuesJSON(env, qs)
 	}
+	return printQueues(env, qs)
+}
+
+// printQueuesJSON prints queues list --json.
+func printQueuesJSON(env *cliEnv, qs []queue.QueueState) error {
+	type row struct {
+		Queue    string     `json:"queue"`
+		Paused   bool       `json:"paused"`
+		PausedAt *time.Time `json:"paused_at,omitempty"`
+	}
+	out := struct {
+		Queues []row `json:"queues"`
+	}{Queues: []row{}}
+	for _, q := range qs {
+		r := row{Queue: q.Queue, Paused: q.Paused}
+		if q.Paused {
+			at := q.PausedAt.UTC()
+			r.PausedAt = &at
+		}
+		out.Queues = append(out.Queues, r)
+	}
+	return json.NewEncoder(env.stdout).Encode(out)
+}
+
+// printQueues prints queues list as a table.
+func printQueues(env *cliEnv, qs []queue.QueueState) error {
 	if len(qs) == 0 {
 		_, err := fmt.Fprintln(env.stdout, "no queue is paused or has pending jobs")
 		return err
