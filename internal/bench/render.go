@@ -195,14 +195,22 @@ type Target struct {
 // "river-default" and "river-tuned", where those results exist.
 func (rep Report) Targets() []Target {
 	var ts []Target
-	get := func(mode Mode, sys, cas string) (Result, bool) { return rep.find(mode, sys, cas) }
+	ts = append(ts, rep.peerTargets()...)
+	ts = append(ts, rep.modeTargets()...)
+	ts = append(ts, rep.scaleTargets()...)
+	return append(ts, rep.resultTargets()...)
+}
+
+// peerTargets compare pgwake's latency, idle and drain with River's.
+func (rep Report) peerTargets() []Target {
+	var ts []Target
 	pg := "pgwake"
 	for _, peer := range []struct {
 		name  string
 		limit float64
 	}{{"river-tuned", 0.75}, {"river-default", 0.1}} {
-		a, ok1 := get(ModeLatency, pg, "")
-		b, ok2 := get(ModeLatency, peer.name, "")
+		a, ok1 := rep.find(ModeLatency, pg, "")
+		b, ok2 := rep.find(ModeLatency, peer.name, "")
 		if ok1 && ok2 {
 			for _, q := range []struct {
 				name string
@@ -214,30 +222,44 @@ func (rep Report) Targets() []Target {
 			}
 		}
 	}
-	if a, ok := get(ModeIdle, pg, ""); ok {
-		if b, ok := get(ModeIdle, "river-tuned", ""); ok {
+	if a, ok := rep.find(ModeIdle, pg, ""); ok {
+		if b, ok := rep.find(ModeIdle, "river-tuned", ""); ok {
 			ts = append(ts, Target{"idle p50 <= river-tuned's", fmt.Sprintf("%s vs %s ms", num(a.P50), num(b.P50)), a.P50 <= b.P50})
 		}
 	}
-	if a, ok := get(ModeDrain, pg, ""); ok {
-		if b, ok := get(ModeDrain, "river-tuned", ""); ok {
+	if a, ok := rep.find(ModeDrain, pg, ""); ok {
+		if b, ok := rep.find(ModeDrain, "river-tuned", ""); ok {
 			r := a.JobsPerSec / b.JobsPerSec
 			ts = append(ts, Target{"drain jobs/s >= 1.5x river-tuned", fmt.Sprintf("%sx (%s vs %s/s)", num(r), num(a.JobsPerSec), num(b.JobsPerSec)), r >= 1.5})
 		}
 	}
-	if a, ok := get(ModeDelayed, pg, ""); ok {
+	return ts
+}
+
+// modeTargets are the delayed and enqueue targets.
+func (rep Report) modeTargets() []Target {
+	var ts []Target
+	pg := "pgwake"
+	if a, ok := rep.find(ModeDelayed, pg, ""); ok {
 		ts = append(ts, Target{"delayed lateness p99 < 10 ms", num(a.P99) + " ms", a.P99 < 10})
 	}
-	if a, ok := get(ModeEnqueue, SQLSystem, ""); ok {
-		if b, ok := get(ModeEnqueue, pg, ""); ok {
+	if a, ok := rep.find(ModeEnqueue, SQLSystem, ""); ok {
+		if b, ok := rep.find(ModeEnqueue, pg, ""); ok {
 			r := a.JobsPerSec / b.JobsPerSec
 			ts = append(ts, Target{"enqueue through the SQL API >= 0.95x the Go client", fmt.Sprintf("%sx (%s vs %s/s)", num(r), num(a.JobsPerSec), num(b.JobsPerSec)), r >= 0.95})
 		}
 	}
-	if a, ok := get(ModeEnqueue, pg, ""); ok {
+	if a, ok := rep.find(ModeEnqueue, pg, ""); ok {
 		r := a.Extra["ratio_vs_baseline"]
 		ts = append(ts, Target{fmt.Sprintf("enqueue (%.0f producers) >= 0.9x plain INSERT", a.Extra["producers"]), fmt.Sprintf("%sx (%s vs %s/s)", num(r), num(a.JobsPerSec), num(a.Extra["baseline_per_sec"])), r >= 0.9})
 	}
+	return ts
+}
+
+// scaleTargets compare each scale case with the first.
+func (rep Report) scaleTargets() []Target {
+	var ts []Target
+	pg := "pgwake"
 	var small Result
 	haveSmall := false
 	for _, r := range rep.Results {
@@ -251,6 +273,14 @@ func (rep Report) Targets() []Target {
 		q := r.JobsPerSec / small.JobsPerSec
 		ts = append(ts, Target{"scale " + r.Case + " >= 0.8x " + small.Case, fmt.Sprintf("%sx (%s vs %s/s)", num(q), num(r.JobsPerSec), num(small.JobsPerSec)), q >= 0.8})
 	}
+	return ts
+}
+
+// resultTargets are the targets read from single results: scheduled,
+// queues, housekeeping, memory, and exactly once for every system.
+func (rep Report) resultTargets() []Target {
+	var ts []Target
+	pg := "pgwake"
 	for _, r := range rep.Results {
 		if r.System != pg {
 			continue

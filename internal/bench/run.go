@@ -105,85 +105,25 @@ func Run(ctx context.Context, opts Options, systems ...System) ([]Result, error)
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(opts.Log, time.Now().Format("15:04:05 ")+format+"\n", args...)
 	}
-	url := opts.DatabaseURL
-	var server string
-	if url == "" {
-		logf("starting a throwaway PostgreSQL cluster (fsync on)")
-		c, err := StartCluster(ctx, logf)
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err := c.Stop(); err != nil {
-				logf("stop cluster: %v", err)
-			}
-		}()
-		if opts.OnCluster != nil {
-			opts.OnCluster(func() { _ = c.Stop() })
-		}
-		url = c.URL
-	}
-	pcfg, err := poolConfig(url, opts)
+	pool, closeDB, err := openDatabase(ctx, opts, logf)
+	defer closeDB()
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("bench: connect: %w", err)
-	}
-	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("bench: connect: %w", err)
-	}
-	server = describeServer(ctx, pool)
+	server := describeServer(ctx, pool)
 	logf("server: %s", server)
 
 	loadStart := loadAverage()
 	env := &Env{Pool: pool, Workers: opts.Workers, Logf: logf}
 	var runs [][]Result
 	var runErr error
-outer:
 	for i := range opts.Runs {
-		var run []Result
-		for _, mode := range opts.Modes {
-			if mode == ModeStream {
-				if opts.Stream == nil {
-					runErr = fmt.Errorf("%w: the stream mode runs only from pgwake bench", ErrInvalidOptions)
-					runs = append(runs, run)
-					break outer
-				}
-				logf("run %d/%d: %s: pgwake", i+1, opts.Runs, mode)
-				r, err := opts.Stream(ctx, env, opts.Sizes)
-				r.Runs = 1
-				logf("result: %s", summaryLine(r))
-				run = append(run, r)
-				if err != nil {
-					runErr = fmt.Errorf("pgwake %s: %w", mode, err)
-					runs = append(runs, run)
-					break outer
-				}
-				continue
-			}
-			for _, sys := range systems {
-				if _, ok := sys.(Housekeeper); !sys.Supports(mode) || (mode == ModeHousekeeping && !ok) {
-					continue
-				}
-				logf("run %d/%d: %s: %s", i+1, opts.Runs, mode, sys.Name())
-				rn := &runner{sys: sys, env: env, sizes: opts.Sizes, logf: logf}
-				rs, err := rn.run(ctx, mode)
-				for j := range rs {
-					rs[j].Runs = 1
-					logf("result: %s", summaryLine(rs[j]))
-				}
-				run = append(run, rs...)
-				if err != nil {
-					runErr = fmt.Errorf("%s %s: %w", sys.Name(), mode, err)
-					runs = append(runs, run)
-					break outer
-				}
-			}
-		}
+		run, err := runOnce(ctx, env, opts, systems, i)
 		runs = append(runs, run)
+		if err != nil {
+			runErr = err
+			break
+		}
 	}
 	results := Median(runs)
 	rep := Report{
@@ -191,20 +131,110 @@ outer:
 		Workers: opts.Workers, Sizes: opts.Sizes, Runs: opts.Runs,
 		Load: fmt.Sprintf("load average %s at start, %s at end", loadStart, loadAverage()),
 	}
+	if err := writeReport(opts, rep, logf); err != nil {
+		return results, err
+	}
+	return results, runErr
+}
+
+// openDatabase connects to opts.DatabaseURL, or to a throwaway cluster it
+// starts. closeDB (never nil, to be called even on an error) closes the
+// pool and stops the cluster.
+func openDatabase(ctx context.Context, opts Options, logf func(string, ...any)) (pool *pgxpool.Pool, closeDB func(), err error) {
+	url := opts.DatabaseURL
+	var closers []func()
+	closeDB = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if url == "" {
+		logf("starting a throwaway PostgreSQL cluster (fsync on)")
+		c, err := StartCluster(ctx, logf)
+		if err != nil {
+			return nil, closeDB, err
+		}
+		closers = append(closers, func() {
+			if err := c.Stop(); err != nil {
+				logf("stop cluster: %v", err)
+			}
+		})
+		if opts.OnCluster != nil {
+			opts.OnCluster(func() { _ = c.Stop() })
+		}
+		url = c.URL
+	}
+	pcfg, err := poolConfig(url, opts)
+	if err != nil {
+		return nil, closeDB, err
+	}
+	if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, closeDB, fmt.Errorf("bench: connect: %w", err)
+	}
+	closers = append(closers, pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		return nil, closeDB, fmt.Errorf("bench: connect: %w", err)
+	}
+	return pool, closeDB, nil
+}
+
+// runOnce runs every mode of opts once (run i of opts.Runs) on every system
+// that supports it. On an error it returns the results so far.
+func runOnce(ctx context.Context, env *Env, opts Options, systems []System, i int) ([]Result, error) {
+	logf := env.Logf
+	var run []Result
+	for _, mode := range opts.Modes {
+		if mode == ModeStream {
+			if opts.Stream == nil {
+				return run, fmt.Errorf("%w: the stream mode runs only from pgwake bench", ErrInvalidOptions)
+			}
+			logf("run %d/%d: %s: pgwake", i+1, opts.Runs, mode)
+			r, err := opts.Stream(ctx, env, opts.Sizes)
+			r.Runs = 1
+			logf("result: %s", summaryLine(r))
+			run = append(run, r)
+			if err != nil {
+				return run, fmt.Errorf("pgwake %s: %w", mode, err)
+			}
+			continue
+		}
+		for _, sys := range systems {
+			if _, ok := sys.(Housekeeper); !sys.Supports(mode) || (mode == ModeHousekeeping && !ok) {
+				continue
+			}
+			logf("run %d/%d: %s: %s", i+1, opts.Runs, mode, sys.Name())
+			rn := &runner{sys: sys, env: env, sizes: opts.Sizes, logf: logf}
+			rs, err := rn.run(ctx, mode)
+			for j := range rs {
+				rs[j].Runs = 1
+				logf("result: %s", summaryLine(rs[j]))
+			}
+			run = append(run, rs...)
+			if err != nil {
+				return run, fmt.Errorf("%s %s: %w", sys.Name(), mode, err)
+			}
+		}
+	}
+	return run, nil
+}
+
+// writeReport writes rep to opts.Out (text or JSON) and the chart to
+// opts.SVG.
+func writeReport(opts Options, rep Report, logf func(string, ...any)) error {
 	if opts.JSON {
 		if err := rep.WriteJSON(opts.Out); err != nil {
-			return results, err
+			return err
 		}
 	} else {
 		rep.WriteText(opts.Out)
 	}
 	if opts.SVG != "" {
 		if err := os.WriteFile(opts.SVG, []byte(rep.SVG()), 0o644); err != nil {
-			return results, fmt.Errorf("bench: write chart: %w", err)
+			return fmt.Errorf("bench: write chart: %w", err)
 		}
 		logf("wrote %s", opts.SVG)
 	}
-	return results, runErr
+	return nil
 }
 
 // StartCluster starts a throwaway PostgreSQL cluster configured like a

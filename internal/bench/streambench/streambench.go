@@ -61,197 +61,254 @@ type target struct {
 	pub             interface{ Close() error }
 }
 
+// streamRun is one run of the stream mode: its system, targets and the
+// cleanups of what it created, run in reverse order at the end.
+type streamRun struct {
+	env     *bench.Env
+	sizes   bench.Sizes
+	natsURL string
+	pool    *pgxpool.Pool
+	sys     *bench.Pgwake
+	cleanup []func(context.Context)
+
+	js                  nats.JetStreamContext
+	name                string
+	live, capacity      *target
+	liveCfg, capCfg     events.Config
+	stream              *events.Stream // the live stream
+	firstDrainID        int64          // the last event before the drain
+	drainEvents, events int64
+}
+
 func run(ctx context.Context, env *bench.Env, sizes bench.Sizes, natsURL string) (res bench.Result, err error) {
 	n := sizes.StreamJobs
 	res = bench.Result{Mode: bench.ModeStream, System: "pgwake", Jobs: n, Extra: map[string]float64{}}
-	pool := env.Pool
-	sys := &bench.Pgwake{}
-	if err := sys.Setup(ctx, env); err != nil {
-		return res, fmt.Errorf("setup: %w", err)
+	r := &streamRun{env: env, sizes: sizes, natsURL: natsURL, pool: env.Pool, sys: &bench.Pgwake{}}
+	defer r.close(ctx)
+	if err := r.setup(ctx); err != nil {
+		return res, err
 	}
-	schema := sys.Schema()
-	cleanup := []func(context.Context){func(ctx context.Context) { _ = sys.Teardown(ctx) }}
+	stopStream, err := r.startLive(ctx)
+	if err != nil {
+		return res, err
+	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i](cctx)
-		}
-	}()
-
-	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
-	if err != nil {
-		return res, fmt.Errorf("%w: %s: %v", natsbridge.ErrUnreachable, natsURL, err)
-	}
-	cleanup = append(cleanup, func(context.Context) { nc.Close() })
-	js, err := nc.JetStream()
-	if err != nil {
-		return res, err
-	}
-	name := "pgwake_bench_" + randomName()
-	newTarget := func(suffix string) (*target, events.Config, error) {
-		t := &target{stream: strings.ToUpper(name + "_" + suffix), subject: name + "." + suffix}
-		pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL, Stream: t.stream, Subjects: []string{t.subject}})
-		if err != nil {
-			return nil, events.Config{}, err
-		}
-		t.pub = pub
-		cleanup = append(cleanup, func(context.Context) { _ = pub.Close(); _ = js.DeleteStream(t.stream) })
-		slot := name + "_" + suffix
-		cleanup = append(cleanup, func(ctx context.Context) { _ = events.DropSlot(ctx, pool, slot, true) })
-		return t, events.Config{Schema: schema, Slot: slot, Publication: name, Publisher: pub, Topic: events.SingleTopic(t.subject)}, nil
-	}
-	if err := events.EnsurePublication(ctx, pool, schema, name); err != nil {
-		return res, err
-	}
-	cleanup = append(cleanup, func(ctx context.Context) { _ = events.DropPublication(ctx, pool, name) })
-	live, liveCfg, err := newTarget("live")
-	if err != nil {
-		return res, err
-	}
-	capTarget, capCfg, err := newTarget("capacity")
-	if err != nil {
-		return res, err
-	}
-	// The capacity slot starts here, before any event of the run.
-	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, capCfg.Slot); err != nil {
-		return res, fmt.Errorf("creating slot %s: %w", capCfg.Slot, err)
-	}
-
-	stream, err := events.New(pool, liveCfg)
-	if err != nil {
-		return res, err
-	}
-	sctx, stopStream := context.WithCancel(ctx)
-	streamDone := make(chan error, 1)
-	go func() { streamDone <- stream.Run(sctx) }()
-	defer func() {
-		stopStream()
-		if serr := <-streamDone; serr != nil && err == nil {
+		if serr := stopStream(); serr != nil && err == nil {
 			err = fmt.Errorf("live stream: %w", serr)
 		}
 	}()
-	for stream.Sessions() == 0 {
-		select {
-		case err := <-streamDone:
-			streamDone <- err
-			return res, fmt.Errorf("live stream ended: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-
-	env.Logf("stream: inserting %d jobs", n)
-	for from := 0; from < n; from += sizes.BatchSize {
-		jobs := make([]bench.Job, 0, sizes.BatchSize)
-		for i := from; i < min(from+sizes.BatchSize, n); i++ {
-			jobs = append(jobs, bench.Job{Seq: int64(i)})
-		}
-		if err := sys.InsertMany(ctx, jobs); err != nil {
-			return res, err
-		}
-	}
-	// The live stream catches up with the inserts before the drain.
-	if err := waitAcked(ctx, pool, stream, 5*time.Minute); err != nil {
+	if err := r.insert(ctx); err != nil {
 		return res, err
 	}
-	firstDrainID, err := sys.Client().LastEventID(ctx)
-	if err != nil {
+	if err := r.drain(ctx, &res); err != nil {
 		return res, err
 	}
-
-	env.Logf("stream: draining %d jobs while forwarding", n)
-	lagCtx, stopLag := context.WithCancel(ctx)
-	var maxLag atomic.Int64
-	var lagWG sync.WaitGroup
-	lagWG.Go(func() { sampleLag(lagCtx, pool, liveCfg.Slot, &maxLag) })
-	base := time.Now()
-	stopWorkers, err := sys.Start(ctx, func(int64) {})
-	if err != nil {
-		stopLag()
-		return res, err
-	}
-	for {
-		left, err := sys.Unfinished(ctx)
-		if err != nil {
-			stopLag()
-			_ = stopWorkers()
-			return res, err
-		}
-		if left == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			stopLag()
-			_ = stopWorkers()
-			return res, ctx.Err()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	drained := time.Since(base)
-	if err := stopWorkers(); err != nil {
-		stopLag()
-		return res, err
-	}
-	caughtUp := time.Now()
-	err = waitAcked(ctx, pool, stream, 5*time.Minute)
-	caughtUpAfter := time.Since(caughtUp)
-	stopLag()
-	lagWG.Wait()
-	if err != nil {
-		return res, err
-	}
-
-	drainEvents, err := sys.Client().EventCount(ctx, firstDrainID)
-	if err != nil {
-		return res, err
-	}
-	allEvents, err := sys.Client().EventCount(ctx, 0)
-	if err != nil {
-		return res, err
-	}
-	res.JobsPerSec = float64(n) / drained.Seconds()
-	res.Extra["queue_events_per_sec"] = float64(drainEvents) / drained.Seconds()
-	res.Extra["events"] = float64(allEvents)
-	res.Extra["max_slot_lag_mib"] = float64(maxLag.Load()) / (1 << 20)
-	res.Extra["caught_up_ms"] = float64(caughtUpAfter) / float64(time.Millisecond)
-
-	env.Logf("stream: reading %d drain events back from JetStream", drainEvents)
-	lat, seen, err := latencies(js, live.subject, firstDrainID, int(drainEvents))
+	env.Logf("stream: reading %d drain events back from JetStream", r.drainEvents)
+	lat, seen, err := latencies(r.js, r.live.subject, r.firstDrainID, int(r.drainEvents))
 	if err != nil {
 		return res, err
 	}
 	st := bench.Summarize(lat)
 	res.P50, res.P90, res.P99, res.Max = st.P50, st.P90, st.P99, st.Max
-	res.Missing = drainEvents - int64(seen)
+	res.Missing = r.drainEvents - int64(seen)
+	return res, r.forwardBacklog(ctx, &res)
+}
 
-	env.Logf("stream: forwarding the backlog of %d events from a second slot", allEvents)
-	capStream, err := events.New(pool, capCfg)
+// close runs the cleanups, last first.
+func (r *streamRun) close(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		r.cleanup[i](cctx)
+	}
+}
+
+// setup creates the schema, the publication, a JetStream stream and a slot
+// for the live stream and for the capacity measurement; the capacity slot
+// starts here, before any event of the run.
+func (r *streamRun) setup(ctx context.Context) error {
+	if err := r.sys.Setup(ctx, r.env); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	r.cleanup = append(r.cleanup, func(ctx context.Context) { _ = r.sys.Teardown(ctx) })
+	nc, err := nats.Connect(r.natsURL, nats.Timeout(5*time.Second))
 	if err != nil {
-		return res, err
+		return fmt.Errorf("%w: %s: %v", natsbridge.ErrUnreachable, r.natsURL, err)
+	}
+	r.cleanup = append(r.cleanup, func(context.Context) { nc.Close() })
+	if r.js, err = nc.JetStream(); err != nil {
+		return err
+	}
+	r.name = "pgwake_bench_" + randomName()
+	if err := events.EnsurePublication(ctx, r.pool, r.sys.Schema(), r.name); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, func(ctx context.Context) { _ = events.DropPublication(ctx, r.pool, r.name) })
+	if r.live, r.liveCfg, err = r.newTarget("live"); err != nil {
+		return err
+	}
+	if r.capacity, r.capCfg, err = r.newTarget("capacity"); err != nil {
+		return err
+	}
+	if _, err := r.pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, r.capCfg.Slot); err != nil {
+		return fmt.Errorf("creating slot %s: %w", r.capCfg.Slot, err)
+	}
+	return nil
+}
+
+// newTarget creates a JetStream stream and the stream config of a slot
+// that forwards to it.
+func (r *streamRun) newTarget(suffix string) (*target, events.Config, error) {
+	t := &target{stream: strings.ToUpper(r.name + "_" + suffix), subject: r.name + "." + suffix}
+	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: r.natsURL, Stream: t.stream, Subjects: []string{t.subject}})
+	if err != nil {
+		return nil, events.Config{}, err
+	}
+	t.pub = pub
+	r.cleanup = append(r.cleanup, func(context.Context) { _ = pub.Close(); _ = r.js.DeleteStream(t.stream) })
+	slot := r.name + "_" + suffix
+	r.cleanup = append(r.cleanup, func(ctx context.Context) { _ = events.DropSlot(ctx, r.pool, slot, true) })
+	return t, events.Config{Schema: r.sys.Schema(), Slot: slot, Publication: r.name, Publisher: pub, Topic: events.SingleTopic(t.subject)}, nil
+}
+
+// startLive runs the live stream until stop, and waits for its first
+// session.
+func (r *streamRun) startLive(ctx context.Context) (stop func() error, err error) {
+	if r.stream, err = events.New(r.pool, r.liveCfg); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.stream.Run(sctx) }()
+	stop = func() error { cancel(); return <-done }
+	for r.stream.Sessions() == 0 {
+		select {
+		case err := <-done:
+			done <- err
+			return stop, fmt.Errorf("live stream ended: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return stop, nil
+}
+
+// insert enqueues the jobs in batches and waits for the live stream to
+// catch up with them.
+func (r *streamRun) insert(ctx context.Context) error {
+	n, batch := r.sizes.StreamJobs, r.sizes.BatchSize
+	r.env.Logf("stream: inserting %d jobs", n)
+	for from := 0; from < n; from += batch {
+		jobs := make([]bench.Job, 0, batch)
+		for i := from; i < min(from+batch, n); i++ {
+			jobs = append(jobs, bench.Job{Seq: int64(i)})
+		}
+		if err := r.sys.InsertMany(ctx, jobs); err != nil {
+			return err
+		}
+	}
+	if err := waitAcked(ctx, r.pool, r.stream, 5*time.Minute); err != nil {
+		return err
+	}
+	var err error
+	r.firstDrainID, err = r.sys.Client().LastEventID(ctx)
+	return err
+}
+
+// drain works every job while the live stream forwards, sampling the
+// slot's lag, then waits for the stream to catch up; it sets the rates,
+// the lag and the event counts.
+func (r *streamRun) drain(ctx context.Context, res *bench.Result) error {
+	n := r.sizes.StreamJobs
+	r.env.Logf("stream: draining %d jobs while forwarding", n)
+	lagCtx, stopLag := context.WithCancel(ctx)
+	var maxLag atomic.Int64
+	var lagWG sync.WaitGroup
+	lagWG.Go(func() { sampleLag(lagCtx, r.pool, r.liveCfg.Slot, &maxLag) })
+	defer lagWG.Wait()
+	defer stopLag()
+	base := time.Now()
+	stopWorkers, err := r.sys.Start(ctx, func(int64) {})
+	if err != nil {
+		return err
+	}
+	if err := r.waitDrained(ctx); err != nil {
+		_ = stopWorkers()
+		return err
+	}
+	drained := time.Since(base)
+	if err := stopWorkers(); err != nil {
+		return err
+	}
+	caughtUp := time.Now()
+	err = waitAcked(ctx, r.pool, r.stream, 5*time.Minute)
+	caughtUpAfter := time.Since(caughtUp)
+	stopLag()
+	lagWG.Wait()
+	if err != nil {
+		return err
+	}
+	if r.drainEvents, err = r.sys.Client().EventCount(ctx, r.firstDrainID); err != nil {
+		return err
+	}
+	if r.events, err = r.sys.Client().EventCount(ctx, 0); err != nil {
+		return err
+	}
+	res.JobsPerSec = float64(n) / drained.Seconds()
+	res.Extra["queue_events_per_sec"] = float64(r.drainEvents) / drained.Seconds()
+	res.Extra["events"] = float64(r.events)
+	res.Extra["max_slot_lag_mib"] = float64(maxLag.Load()) / (1 << 20)
+	res.Extra["caught_up_ms"] = float64(caughtUpAfter) / float64(time.Millisecond)
+	return nil
+}
+
+// waitDrained polls until no job is unfinished.
+func (r *streamRun) waitDrained(ctx context.Context) error {
+	for {
+		left, err := r.sys.Unfinished(ctx)
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// forwardBacklog forwards every event of the run from the capacity slot
+// and times it.
+func (r *streamRun) forwardBacklog(ctx context.Context, res *bench.Result) error {
+	r.env.Logf("stream: forwarding the backlog of %d events from a second slot", r.events)
+	capStream, err := events.New(r.pool, r.capCfg)
+	if err != nil {
+		return err
 	}
 	cctx, stopCap := context.WithCancel(ctx)
 	capDone := make(chan error, 1)
 	t0 := time.Now()
 	go func() { capDone <- capStream.Run(cctx) }()
-	err = waitAcked(ctx, pool, capStream, 5*time.Minute)
+	err = waitAcked(ctx, r.pool, capStream, 5*time.Minute)
 	forward := time.Since(t0)
 	stopCap()
 	if cerr := <-capDone; cerr != nil && err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return res, fmt.Errorf("capacity stream: %w", err)
+		return fmt.Errorf("capacity stream: %w", err)
 	}
-	info, err := js.StreamInfo(capTarget.stream)
+	info, err := r.js.StreamInfo(r.capacity.stream)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if int64(info.State.Msgs) != allEvents {
-		return res, fmt.Errorf("capacity stream stored %d messages, the table has %d events", info.State.Msgs, allEvents)
+	if int64(info.State.Msgs) != r.events {
+		return fmt.Errorf("capacity stream stored %d messages, the table has %d events", info.State.Msgs, r.events)
 	}
-	res.Extra["forward_events_per_sec"] = float64(allEvents) / forward.Seconds()
+	res.Extra["forward_events_per_sec"] = float64(r.events) / forward.Seconds()
 	res.Extra["capacity_ratio"] = res.Extra["forward_events_per_sec"] / res.Extra["queue_events_per_sec"]
-	return res, nil
+	return nil
 }
 
 // waitAcked waits until s acknowledged the WAL position current at the
