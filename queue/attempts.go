@@ -87,6 +87,9 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 			_, err = conn.Exec(ctx, c.sql.replaceStarts, args...)
 		}
 		conn.Release()
+		if ts := c.signals; ts != nil && err == nil {
+			ts.startsRecorded.signal(ids)
+		}
 		done <- err
 	}()
 	return sync.OnceValue(func() error {

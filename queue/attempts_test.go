@@ -472,11 +472,10 @@ func TestRepeatableReadProducersWakeIdleWorkers(t *testing.T) {
 			defer func() { _ = tx.Rollback(ctx) }()
 			_, err = tx.Exec(ctx, `SELECT count(*) FROM `+e.table("waiters"))
 			require.NoError(t, err)
+			signals := queue.EnableTestSignals(e.c)
 			e.run()
-			waitFor(t, 30*time.Second, "worker idle", func() bool {
-				return e.countSQL(`SELECT count(*) FROM `+e.table("waiters")+` WHERE idle`) == 1
-			})
-			time.Sleep(200 * time.Millisecond) // past the idle barrier and its last look
+			signals.WaitAsleep(t, "default", 0) // idle-marked, past the idle barrier and its last look
+			require.Equal(t, 1, e.countSQL(`SELECT count(*) FROM `+e.table("waiters")+` WHERE idle`))
 			_, err = e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "rr"})
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit(ctx))
@@ -525,25 +524,24 @@ func TestStaleAttemptRecordIsReplaced(t *testing.T) {
 	ctx := context.Background()
 	var e *env
 	var runs atomic.Int32
+	var signals queue.Signals
 	e = newEnv(t, queue.Config{
 		Queues: map[string]queue.QueueConfig{"q": {}},
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
 			runs.Add(1)
 			// The record is written beside the handler: wait for it.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				var attempt int
-				err := e.pool.QueryRow(ctx, `SELECT attempt FROM `+e.table("attempts")+` WHERE job_id = $1`, j.ID).Scan(&attempt)
-				if err == nil && attempt == j.Attempt {
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("attempt %d has no record (record's attempt %d, %v)", j.Attempt, attempt, err)
-				}
-				time.Sleep(5 * time.Millisecond)
+			if !signals.StartRecorded(j.ID, 10*time.Second) {
+				return fmt.Errorf("attempt %d: no record committed", j.Attempt)
 			}
+			var attempt int
+			err := e.pool.QueryRow(ctx, `SELECT attempt FROM `+e.table("attempts")+` WHERE job_id = $1`, j.ID).Scan(&attempt)
+			if err != nil || attempt != j.Attempt {
+				return fmt.Errorf("attempt %d has no record (record's attempt %d, %v)", j.Attempt, attempt, err)
+			}
+			return nil
 		})},
 	})
+	signals = queue.EnableTestSignals(e.c)
 	r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
 	require.NoError(t, err)
 	// Attempt 1 was counted and its record stayed behind.

@@ -55,6 +55,10 @@ type Client struct {
 	// pauseResync asks pausePoll to re-read the paused queues (the
 	// listener reconnected).
 	pauseResync chan struct{}
+
+	// signals are the test signals (testsignal.go); nil outside this
+	// package's tests.
+	signals *testSignals
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:

@@ -95,6 +95,7 @@ type loopState struct {
 	sinceHead  int             // claims in a row that started at the cursor
 	slept      time.Duration   // how long the last wait for work lasted
 	lingerTill time.Time       // marked busy by a stream of jobs: look on our own until then
+	claimed    int             // jobs claimed, counted only with test signals on
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -244,6 +245,9 @@ func (l *queueLoop) backOff(ctx context.Context, s *loopState, err error) bool {
 // taken for it.
 func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) {
 	l.c.metrics.claims.WithLabelValues(l.queue, s.source).Add(float64(len(b.jobs)))
+	if l.c.signals != nil {
+		s.claimed += len(b.jobs)
+	}
 	source := s.source
 	s.source = sourceBusy
 	if b.leased {
@@ -386,6 +390,9 @@ func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 		if wait <= 0 {
 			s.source = why
 			return true
+		}
+		if ts := l.c.signals; ts != nil && s.waiter == waiterIdle {
+			ts.asleep.signal(asleepSignal{queue: l.queue, claimed: s.claimed})
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -215,6 +215,9 @@ func (l *queueLoop) waitWhilePaused(ctx context.Context, s *loopState) bool {
 		s.waiter = waiterBusy
 	}
 	for l.pause.isPaused() {
+		if ts := l.c.signals; ts != nil {
+			ts.pausedLook.signal(l.queue)
+		}
 		t := time.NewTimer(l.c.cfg.PollInterval)
 		select {
 		case <-ctx.Done():

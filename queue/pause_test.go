@@ -120,9 +120,10 @@ func TestPauseSurvivesClientRestart(t *testing.T) {
 	require.NoError(t, err)
 
 	w := workerOn(t, admin, "pr", 50*time.Millisecond)
+	signals := queue.EnableTestSignals(w.c)
 	stop := w.run()
 	waitFor(t, 5*time.Second, "the gauge", func() bool { return w.metric("pgwake_queue_paused", map[string]string{"queue": "pr"}) == 1 })
-	time.Sleep(300 * time.Millisecond) // several polls: still nothing claimed
+	signals.WaitPausedLooks(t, "pr", 4) // the pause met, then three polls: still nothing claimed
 	require.Equal(t, 1, admin.count(`id = $1 AND state = 'pending'`, res.ID))
 	stop()
 

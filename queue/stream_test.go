@@ -33,6 +33,7 @@ func TestAStreamOfJobsThenSilence(t *testing.T) {
 			return nil
 		})},
 	})
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
 	ctx := context.Background()
 	const jobs = 300
@@ -46,9 +47,9 @@ func TestAStreamOfJobsThenSilence(t *testing.T) {
 	waitFor(t, 30*time.Second, "every job of the stream to run", func() bool { return ran.Load() == jobs })
 	t.Logf("notifications received: %.0f for %d jobs", e.metric("pgwake_notify_notifications_total", nil), jobs)
 
-	// Well past the 20 ms linger: the loop is idle again, and the next job
-	// must wake it (the poll is an hour away).
-	time.Sleep(200 * time.Millisecond)
+	// Past the 20 ms linger the loop goes idle again, through the barrier,
+	// and the next job must wake it (the poll is an hour away).
+	signals.WaitAsleep(t, "default", jobs)
 	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the job after the stream to run", func() bool { return ran.Load() == jobs+1 })

@@ -1,0 +1,82 @@
+package queue
+
+import (
+	"testing"
+	"time"
+)
+
+// Signals are a client's test signals (testsignal.go), for the tests of
+// queue_test.
+type Signals struct{ s *testSignals }
+
+// EnableTestSignals turns c's test signals on. Call it before Run or Start.
+func EnableTestSignals(c *Client) Signals {
+	c.signals = newTestSignals()
+	return Signals{c.signals}
+}
+
+// WaitAsleep waits until queue's dispatcher blocks waiting for work,
+// idle-marked and past the idle barrier and the look after it, having
+// claimed at least claimed jobs since it started.
+func (s Signals) WaitAsleep(t testing.TB, queue string, claimed int) {
+	t.Helper()
+	waitSignal(t, s.s.asleep, "dispatcher of "+queue+" asleep", func(a asleepSignal) bool {
+		return a.queue == queue && a.claimed >= claimed
+	})
+}
+
+// WaitPausedLooks waits until queue's dispatcher found its queue paused n
+// times (once when it met the pause, then after each poll or wake-up).
+func (s Signals) WaitPausedLooks(t testing.TB, queue string, n int) {
+	t.Helper()
+	seen := 0
+	waitSignal(t, s.s.pausedLook, "paused looks at "+queue, func(q string) bool {
+		if q == queue {
+			seen++
+		}
+		return seen >= n
+	})
+}
+
+// StartRecorded waits until the attempt record of job id is committed;
+// false if that took longer than d. For handlers, which may not stop the
+// test.
+func (s Signals) StartRecorded(id int64, d time.Duration) bool {
+	return readSignal(s.s.startsRecorded, d, func(ids []int64) bool {
+		for _, x := range ids {
+			if x == id {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// testSignalTimeout bounds a wait for a signal: long, only a hung runtime
+// reaches it.
+const testSignalTimeout = 30 * time.Second
+
+// waitSignal reads sig until match returns true, failing t after
+// testSignalTimeout.
+func waitSignal[T any](t testing.TB, sig testSignal[T], what string, match func(T) bool) {
+	t.Helper()
+	if !readSignal(sig, testSignalTimeout, match) {
+		t.Fatalf("no test signal within %s: %s", testSignalTimeout, what)
+	}
+}
+
+// readSignal reads sig until match returns true (true) or d passed (false).
+func readSignal[T any](sig testSignal[T], d time.Duration, match func(T) bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		select {
+		case v := <-sig.ch:
+			if match(v) {
+				return true
+			}
+		case <-deadline.C:
+			return false
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package queue
+
+// Test signals (River's rivershared/testsignal): points of the runtime a
+// test waits on instead of sleeping. A Client has none (signals is nil)
+// unless a test of this package enabled them (export_test.go), so each
+// point costs a nil check.
+
+// testSignalBuffer is how many signals a channel holds before it drops new
+// ones (a test that waits reads them as they come).
+const testSignalBuffer = 1024
+
+// testSignal is one point a test can wait on, carrying a T.
+type testSignal[T any] struct{ ch chan T }
+
+func (s *testSignal[T]) init() { s.ch = make(chan T, testSignalBuffer) }
+
+// signal sends v to a waiting test; it never blocks.
+func (s *testSignal[T]) signal(v T) {
+	if s.ch == nil {
+		return
+	}
+	select {
+	case s.ch <- v:
+	default:
+	}
+}
+
+// asleepSignal is what a dispatcher signals when it blocks waiting for work.
+type asleepSignal struct {
+	queue string
+	// claimed counts the jobs the dispatcher claimed since it started.
+	claimed int
+}
+
+// testSignals are a client's test signals.
+type testSignals struct {
+	// asleep: a dispatcher blocks waiting for work, idle-marked, past the
+	// idle barrier and the look after it: only a wake-up, a delayed job
+	// or the poll ends the wait (waitForWork).
+	asleep testSignal[asleepSignal]
+	// pausedLook: a dispatcher found its queue paused and waits for a
+	// resume or the poll (waitWhilePaused). Carries the queue.
+	pausedLook testSignal[string]
+	// startsRecorded: the attempt records of a batch are committed
+	// (sendStarts). Carries the jobs' ids.
+	startsRecorded testSignal[[]int64]
+}
+
+func newTestSignals() *testSignals {
+	s := &testSignals{}
+	s.asleep.init()
+	s.pausedLook.init()
+	s.startsRecorded.init()
+	return s
+}
