@@ -256,8 +256,11 @@ func TestStalledLeasedWorkerCannotCompleteARescuedJob(t *testing.T) {
 	waitFor(t, 30*time.Second, "rescued and done", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, r.ID) == 1 })
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
 	// The stalled handler's 1.5 s are long past: it returns at once and
-	// tries to complete; give it time to try.
-	time.Sleep(time.Second)
+	// tries to complete; its transaction (holding the effect) ends.
+	waitFor(t, 30*time.Second, "the stalled worker's transaction to end", func() bool {
+		return e.countSQL(`SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'effects' AND c.relnamespace = $1::regnamespace AND l.mode = 'RowExclusiveLock'`, e.schema) == 0
+	})
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 2 AND last_error LIKE 'lease expired%'`, r.ID))
 	require.Equal(t, 1, e.effectCounts()[r.ID], "only the rescuer's completion committed its writes")
 	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
