@@ -70,7 +70,7 @@ var system = attribute.String("messaging.system", "pgwake")
 func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
 	ctx, span := t.tr.Start(ctx, SpanEnqueue, producer)
 	if !span.SpanContext().IsValid() {
-		return func(error) { span.End() } // a no-op provider: nothing to store
+		return nil // a no-op provider: nothing to store, nothing to end
 	}
 	if span.IsRecording() {
 		span.SetAttributes(system, AttrJobs.Int(len(jobs)))
@@ -123,6 +123,9 @@ func (t *tracer) claimed(ctx context.Context, jobs []*queue.Job, began time.Time
 // the job.
 func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
 	ctx, span := t.start(ctx, SpanWork, j, consumer)
+	if !span.IsRecording() {
+		return ctx, nil // ending it would do nothing
+	}
 	return ctx, func(err error) { end(span, err) }
 }
 
@@ -130,8 +133,11 @@ func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(
 // enqueue span (a sibling of its work span).
 func (t *tracer) complete(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
 	_, span := t.start(ctx, SpanComplete, j, client)
+	if !span.IsRecording() {
+		return nil
+	}
 	return func(state queue.JobState, err error) {
-		if state != "" && span.IsRecording() {
+		if state != "" {
 			span.SetAttributes(AttrState.String(string(state)))
 		}
 		end(span, err)
