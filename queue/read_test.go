@@ -309,3 +309,42 @@ func TestWatchEventsNotifies(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, wait(300*time.Millisecond), "unwatched: no notification")
 }
+
+// JobGet and JobList report a job's unique scope and hold (the defaults
+// spelled out, period for a UniquePeriod, none without a key) and its
+// metadata.
+func TestJobInfoUniqueAndMetadata(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	res, err := e.c.EnqueueMany(ctx, []queue.NewJob{
+		{Kind: "k"},
+		{Kind: "k", UniqueKey: "a", Metadata: map[string]string{"tenant": "7"}},
+		{Kind: "k", UniqueKey: "b", UniqueScope: queue.UniqueByQueue, UniqueHold: queue.UniqueHoldPending},
+		{Kind: "k", UniqueKey: "c", UniquePeriod: time.Hour},
+	})
+	require.NoError(t, err)
+	type want struct {
+		scope queue.UniqueScope
+		hold  queue.UniqueHold
+		meta  map[string]string
+	}
+	wants := []want{
+		{},
+		{queue.UniqueByKind, queue.UniqueHoldActive, map[string]string{"tenant": "7"}},
+		{queue.UniqueByQueue, queue.UniqueHoldPending, nil},
+		{queue.UniqueByKind, queue.UniqueHoldPeriod, nil},
+	}
+	page, err := e.c.JobList(ctx, queue.JobListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, len(res))
+	for i, r := range res {
+		j, err := e.c.JobGet(ctx, r.ID)
+		require.NoError(t, err)
+		listed := page.Jobs[len(res)-1-i] // newest first
+		require.Equal(t, r.ID, listed.ID)
+		for _, got := range []queue.JobInfo{j, listed} {
+			require.Equal(t, wants[i], want{got.UniqueScope, got.UniqueHold, got.Metadata}, "job %d", i)
+		}
+	}
+}
