@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -141,6 +142,43 @@ func TestJobListPaginationStableUnderConcurrentInserts(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, want, got)
 	require.Equal(t, 3, pages)
+
+	// From the newest while jobs are inserted: pages never repeat a job nor
+	// skip one that existed when the first page was read.
+	stop = make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"}); err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+		}
+	})
+	got = nil
+	p = queue.JobListParams{Limit: 7}
+	for {
+		page, err := e.c.JobList(ctx, p)
+		require.NoError(t, err)
+		for _, j := range page.Jobs {
+			got = append(got, j.ID)
+		}
+		if page.Next == 0 {
+			break
+		}
+		p.Before = page.Next
+	}
+	close(stop)
+	wg.Wait()
+	rows, err := e.pool.Query(ctx, `SELECT id FROM `+e.table("jobs")+` WHERE id <= $1 ORDER BY id DESC`, got[0])
+	require.NoError(t, err)
+	existed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, existed, got, "every job up to the first page's newest, once, newest first")
 
 	// From the newest with concurrent inserts done: the first page starts
 	// at the newest job, and following pages still end at the oldest.
