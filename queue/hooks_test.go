@@ -145,3 +145,46 @@ func TestHooksClaimedAndComplete(t *testing.T) {
 		})
 	}
 }
+
+// A held batch whose COMMIT fails: the completion that was under way ends
+// with the commit's error and records no state; the failure then recorded
+// on its own is a second completion, which records the retry.
+func TestCompleteHookOnCommitFailure(t *testing.T) {
+	t.Parallel()
+	type done struct {
+		state queue.JobState
+		err   error
+	}
+	var mu sync.Mutex
+	var dones []done
+	var schema string
+	e := newEnv(t, queue.Config{
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(s queue.JobState, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				dones = append(dones, done{s, err})
+			}
+		}},
+		Handlers: map[string]queue.Handler{"w": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.deferred (k) VALUES (1)`) // fails at COMMIT
+			return err
+		})},
+	})
+	schema = e.schema
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("deferred")+` (k int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+e.table("deferred")+` VALUES (1)`)
+	require.NoError(t, err)
+	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "w", MaxAttempts: 2})
+	require.NoError(t, err)
+	id, ok, err := e.c.WorkOne(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, res.ID, id)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, dones, 2)
+	require.Empty(t, dones[0].state)
+	require.ErrorContains(t, dones[0].err, "commit failed")
+	require.Equal(t, done{queue.StatePending, nil}, dones[1])
+}
