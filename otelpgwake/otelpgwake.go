@@ -47,7 +47,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
-// Hooks returns queue.Hooks that trace enqueues and attempts.
+// Hooks returns queue.Hooks that trace enqueues and, for each attempt, its
+// claim, its handler and the write of its outcome.
 func Hooks(cfg Config) queue.Hooks {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
