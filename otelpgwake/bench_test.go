@@ -3,6 +3,7 @@ package otelpgwake_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -47,24 +48,37 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 }
 
-// BenchmarkHooks is the hooks alone (an enqueue's and an attempt's), no
-// database: what they add to each job.
+// BenchmarkHooks is the hooks alone, no database: what they add to each
+// job (its enqueue, its claim in a batch of one, its attempt and the write
+// of its outcome).
 func BenchmarkHooks(b *testing.B) {
 	for _, hc := range hookCases() {
 		b.Run(hc.name, func(b *testing.B) {
 			ctx := context.Background()
 			jobs := []queue.NewJob{{Kind: "bench"}}
 			j := &queue.Job{ID: 1, Kind: "bench", Queue: "default", Attempt: 1}
+			claimed, began := []*queue.Job{j}, time.Now()
 			b.ReportAllocs()
 			for b.Loop() {
 				if h := hc.hooks.BeforeEnqueue; h != nil {
 					jobs[0].Metadata = nil
-					h(ctx, jobs)(nil)
+					if done := h(ctx, jobs); done != nil {
+						done(nil)
+					}
 					j.Metadata = jobs[0].Metadata
 				}
+				if h := hc.hooks.Claimed; h != nil {
+					h(ctx, claimed, began)
+				}
 				if h := hc.hooks.Work; h != nil {
-					_, done := h(ctx, j)
-					done(nil)
+					if _, done := h(ctx, j); done != nil {
+						done(nil)
+					}
+				}
+				if h := hc.hooks.Complete; h != nil {
+					if done := h(ctx, j); done != nil {
+						done(queue.StateSucceeded, nil)
+					}
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package otelpgwake
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,8 +18,10 @@ const TracerName = "github.com/pgwake/pgwake/otelpgwake"
 
 // Span names.
 const (
-	SpanEnqueue = "pgwake.enqueue" // producer: one Enqueue/EnqueueMany call
-	SpanWork    = "pgwake.work"    // consumer: one attempt's handler
+	SpanEnqueue  = "pgwake.enqueue"  // producer: one Enqueue/EnqueueMany call
+	SpanClaim    = "pgwake.claim"    // client: the claim statement, one span per claimed job
+	SpanWork     = "pgwake.work"     // consumer: one attempt's handler
+	SpanComplete = "pgwake.complete" // client: the write of one attempt's outcome
 )
 
 // Attribute keys set on the spans.
@@ -28,6 +31,8 @@ const (
 	AttrQueue   = attribute.Key("pgwake.job.queue")
 	AttrAttempt = attribute.Key("pgwake.job.attempt")
 	AttrJobs    = attribute.Key("pgwake.enqueue.jobs")
+	AttrClaimed = attribute.Key("pgwake.claim.jobs") // jobs in the claimed batch
+	AttrState   = attribute.Key("pgwake.job.state")  // the state the completion recorded
 )
 
 // Config says where spans go and how their context travels with a job.
@@ -42,7 +47,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
-// Hooks returns queue.Hooks that trace enqueues and attempts.
+// Hooks returns queue.Hooks that trace enqueues and, for each attempt, its
+// claim, its handler and the write of its outcome.
 func Hooks(cfg Config) queue.Hooks {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -51,7 +57,7 @@ func Hooks(cfg Config) queue.Hooks {
 		cfg.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	t := &tracer{tr: cfg.TracerProvider.Tracer(TracerName), prop: cfg.Propagator}
-	return queue.Hooks{BeforeEnqueue: t.enqueue, Work: t.work}
+	return queue.Hooks{BeforeEnqueue: t.enqueue, Claimed: t.claimed, Work: t.work, Complete: t.complete}
 }
 
 type tracer struct {
@@ -65,7 +71,7 @@ var system = attribute.String("messaging.system", "pgwake")
 func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
 	ctx, span := t.tr.Start(ctx, SpanEnqueue, producer)
 	if !span.SpanContext().IsValid() {
-		return func(error) { span.End() } // a no-op provider: nothing to store
+		return nil // a no-op provider: nothing to store, nothing to end
 	}
 	if span.IsRecording() {
 		span.SetAttributes(system, AttrJobs.Int(len(jobs)))
@@ -84,23 +90,66 @@ func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
 	return func(err error) { end(span, err) }
 }
 
-// work starts the consumer span, a child of the enqueue span stored with
-// the job.
-func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
+// parent is ctx with the enqueue span stored with job j as its span (a
+// remote parent), if the job has one.
+func (t *tracer) parent(ctx context.Context, j *queue.Job) context.Context {
 	if len(j.Metadata) > 0 {
 		ctx = t.prop.Extract(ctx, propagation.MapCarrier(j.Metadata))
 	}
-	ctx, span := t.tr.Start(ctx, SpanWork, consumer)
+	return ctx
+}
+
+// start starts a span named name about job j, a child of its enqueue span.
+func (t *tracer) start(ctx context.Context, name string, j *queue.Job, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	ctx, span := t.tr.Start(t.parent(ctx, j), name, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(system, AttrJobID.Int64(j.ID), AttrKind.String(j.Kind), AttrQueue.String(j.Queue), AttrAttempt.Int(j.Attempt))
 	}
+	return ctx, span
+}
+
+// claimed records one claim span per job of a claimed batch, from the
+// claim's start to now, each a child of its job's enqueue span.
+func (t *tracer) claimed(ctx context.Context, jobs []*queue.Job, began time.Time) {
+	for _, j := range jobs {
+		_, span := t.start(ctx, SpanClaim, j, client, trace.WithTimestamp(began))
+		if span.IsRecording() {
+			span.SetAttributes(AttrClaimed.Int(len(jobs)))
+		}
+		span.End()
+	}
+}
+
+// work starts the consumer span, a child of the enqueue span stored with
+// the job.
+func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
+	ctx, span := t.start(ctx, SpanWork, j, consumer)
+	if !span.IsRecording() {
+		return ctx, nil // ending it would do nothing
+	}
 	return ctx, func(err error) { end(span, err) }
+}
+
+// complete starts the span of an outcome's write, a child of the job's
+// enqueue span (a sibling of its work span).
+func (t *tracer) complete(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+	_, span := t.start(ctx, SpanComplete, j, client)
+	if !span.IsRecording() {
+		return nil
+	}
+	return func(state queue.JobState, err error) {
+		if state != "" {
+			span.SetAttributes(AttrState.String(string(state)))
+		}
+		end(span, err)
+	}
 }
 
 // The span kinds, as start options made once.
 var (
 	producer = trace.WithSpanKind(trace.SpanKindProducer)
 	consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+	client   = trace.WithSpanKind(trace.SpanKindClient)
 )
 
 func end(span trace.Span, err error) {

@@ -19,5 +19,7 @@
 // Schema (and NewClient) is a fresh, migrated schema dropped at cleanup, so
 // tests run in parallel without seeing each other's jobs. WorkOne and Drain
 // run jobs through their handlers in the test's goroutine, recording
-// outcomes as a worker does, without Run. See docs/testing.md.
+// outcomes as a worker does, without Run. The examples run under go test
+// (with this package's TestMain, so on a real database). See
+// docs/testing.md.
 package pgwaketest

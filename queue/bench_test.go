@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,6 +47,57 @@ func BenchmarkEnqueue(b *testing.B) {
 		if _, err := c.Enqueue(ctx, job); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkEnqueueUniqueKey compares keyed enqueues with unkeyed ones in
+// the same process and the same moments: each op is one unkeyed Enqueue on
+// a schema of its own and one keyed Enqueue on another (alternating which
+// goes first), timed apart. It reports each one's mean (unkeyed-ns,
+// keyed-ns) and keyed/unkeyed, the figure docs/unique.md quotes; pairing
+// the two keeps a shared machine's drift out of the ratio. Each keyed op
+// has a new key (so it writes a job), except in "duplicate", where every
+// op after the first finds its key held and writes nothing.
+func BenchmarkEnqueueUniqueKey(b *testing.B) {
+	cases := []struct {
+		name string
+		job  func(key string) queue.NewJob
+	}{
+		{"kind_scope", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k} }},
+		{"queue_scope", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniqueScope: queue.UniqueByQueue} }},
+		{"hold_succeeded", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniqueHold: queue.UniqueHoldSucceeded} }},
+		{"period", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniquePeriod: time.Hour} }},
+		{"duplicate", func(string) queue.NewJob { return queue.NewJob{UniqueKey: "held"} }},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			plain, keyed := benchClient(b, queue.Config{}), benchClient(b, queue.Config{})
+			ctx := context.Background()
+			enqueue := func(c *queue.Client, job queue.NewJob) time.Duration {
+				job.Queue, job.Kind, job.Payload = "bench", "bench", benchPayload
+				t0 := time.Now()
+				if _, err := c.Enqueue(ctx, job); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(t0)
+			}
+			var tPlain, tKeyed time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				job := tc.job("key-" + strconv.Itoa(i))
+				if i%2 == 0 {
+					tPlain += enqueue(plain, queue.NewJob{})
+					tKeyed += enqueue(keyed, job)
+				} else {
+					tKeyed += enqueue(keyed, job)
+					tPlain += enqueue(plain, queue.NewJob{})
+				}
+			}
+			b.ReportMetric(float64(tPlain.Nanoseconds())/float64(i), "unkeyed-ns")
+			b.ReportMetric(float64(tKeyed.Nanoseconds())/float64(i), "keyed-ns")
+			b.ReportMetric(tKeyed.Seconds()/tPlain.Seconds(), "keyed/unkeyed")
+		})
 	}
 }
 

@@ -250,6 +250,7 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 // head if nothing is there). With no job due it returns nil and the time of
 // the queue's earliest delayed job (zero if none).
 func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor) (*batch, time.Time, error) {
+	began := time.Now()
 	b, pb, err := c.beginClaim(ctx)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -294,6 +295,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	if len(b.jobs) > 0 {
 		b.leased = c.leased[b.jobs[0].job.Kind]
 		c.track(b)
+		c.hookClaimed(ctx, b, began)
 		return b, time.Time{}, nil
 	}
 	// Nothing due: end the transaction and ask for the earliest delayed job
@@ -320,6 +322,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 // recorded no outcome (its claim transaction is gone: no lock is held), nil
 // if there is none.
 func (c *Client) claimRecovered(ctx context.Context, queue string) (*batch, error) {
+	began := time.Now()
 	b, pb, err := c.beginClaim(ctx)
 	if err != nil {
 		return nil, err
@@ -335,6 +338,7 @@ func (c *Client) claimRecovered(ctx context.Context, queue string) (*batch, erro
 		return nil, nil
 	}
 	c.track(b)
+	c.hookClaimed(ctx, b, began)
 	return b, nil
 }
 

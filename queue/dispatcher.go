@@ -93,7 +93,7 @@ type loopState struct {
 	waiter     int             // waiter state as last written
 	cursor     *claimCursor    // where the last claim ended, while a backlog lasts
 	sinceHead  int             // claims in a row that started at the cursor
-	slept      time.Duration   // how long the last wait for work lasted
+	rate       rateWindow      // jobs found per window: is a stream running?
 	lingerTill time.Time       // marked busy by a stream of jobs: look on our own until then
 	claimed    int             // jobs claimed, counted only with test signals on
 }
@@ -133,7 +133,8 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		<-l.slots
 		s.nextAt = next
 		if !s.lingerTill.IsZero() {
-			if s.waiter == waiterBusy && time.Now().Before(s.lingerTill) {
+			now := time.Now()
+			if s.waiter == waiterBusy && now.Before(s.lingerTill) && s.rate.add(0, now) {
 				// Jobs keep arriving and their producers do not notify
 				// us: look again shortly.
 				if !l.linger(ctx, s) {
@@ -248,7 +249,6 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 	if l.c.signals != nil {
 		s.claimed += len(b.jobs)
 	}
-	source := s.source
 	s.source = sourceBusy
 	if b.leased {
 		// Each leased job runs on its own and holds a slot; the claim sized
@@ -267,16 +267,15 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 		defer func() { <-l.slots }()
 		l.c.execute(hardCtx, b, l)
 	}()
-	stream := source == sourceNotify && s.slept < streamGap || !s.lingerTill.IsZero()
+	stream := s.rate.add(len(b.jobs), time.Now())
 	if stream {
 		s.lingerTill = time.Now().Add(streamLinger)
 	}
 	if s.waiter != waiterBusy && (len(l.slots) == cap(l.slots) || stream) {
 		// Saturated: every slot is busy, so producers need not wake us (we
-		// claim again as soon as a slot frees). Or a stream: woken by a
-		// notification right after going to sleep, so jobs keep arriving,
-		// each with a NOTIFY and its commit-time global lock; we look on
-		// our own for streamLinger after the last job found instead.
+		// claim again as soon as a slot frees). Or a stream: jobs arrive
+		// faster than streamRate, each with a NOTIFY and its commit-time
+		// global lock; we look on our own while the stream lasts instead.
 		// Otherwise the idle mark stays: unmarking and re-marking around
 		// every job would cost four statements per job, and a mark that
 		// stayed up needs no barrier to sleep again.
@@ -286,43 +285,6 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 			s.waiter = waiterUnknown
 		}
 	}
-}
-
-// Streams of jobs (issue 12): at a steady rate, a loop below saturation is
-// woken for each job and goes back to sleep at once, so its idle mark stays
-// up and every enqueue takes the NOTIFY path, whose commits serialise on a
-// global lock. A loop woken within streamGap of going to sleep marks itself
-// busy and looks on its own every streamPoll until streamLinger has passed
-// without a job, then goes idle through the barrier as usual.
-const (
-	streamGap    = 2 * time.Millisecond
-	streamPoll   = 500 * time.Microsecond
-	streamLinger = 20 * time.Millisecond
-)
-
-// linger waits streamPoll (or until a wake-up) before the next look of a
-// loop marked busy by a stream. false means ctx is done.
-func (l *queueLoop) linger(ctx context.Context, s *loopState) bool {
-	t := time.NewTimer(streamPoll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-l.signal:
-	case <-t.C:
-	}
-	src, hint := l.takeWake()
-	if !hint.IsZero() && (s.nextAt.IsZero() || hint.Before(s.nextAt)) {
-		s.nextAt = hint
-	}
-	s.source = sourceBusy
-	if src == sourceResync || src == sourceReleased {
-		s.source = src
-	}
-	if src == sourceResync {
-		s.waiter = waiterUnknown
-	}
-	return true
 }
 
 // goIdle marks the loop idle and passes the idle barrier before it sleeps.
@@ -362,8 +324,6 @@ func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 			s.nextAt = time.Time{}
 		}
 	}()
-	start := time.Now()
-	defer func() { s.slept = time.Since(start) }()
 	for {
 		src, hint := l.takeWake()
 		if !hint.IsZero() && (s.nextAt.IsZero() || hint.Before(s.nextAt)) {

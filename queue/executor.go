@@ -40,6 +40,8 @@ type attemptResult struct {
 	state   JobState      // after a recorded failure: pending or failed; "" superseded
 	retryIn time.Duration // after a recorded retry
 	outcome string        // metrics outcome, when not implied by err and state
+	// completed is the Complete hook's done function, once its write began.
+	completed func(state JobState, err error)
 }
 
 // batchRun is what running a batch's handlers produced.
@@ -86,9 +88,13 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		time.AfterFunc(time.Second, func() { l.wake(sourceReleased, 0) })
 	}
 	if run.broken == nil {
+		for i := range run.results {
+			c.completing(rctx, &run.results[i]) // failures' writes began already
+		}
 		err := c.complete(rctx, b, &run)
 		if err == nil {
 			for _, r := range run.results {
+				r.completedWith(nil)
 				c.report(l, r)
 			}
 			if len(unstarted) > 0 {
@@ -98,6 +104,12 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 			return
 		}
 		run.broken = fmt.Errorf("commit failed: %w", err)
+	}
+	for i := range run.results {
+		run.results[i].completedWith(run.broken)
+	}
+	if run.culprit != nil {
+		run.culprit.completedWith(run.broken)
 	}
 	b.release()
 	l.rewind.Store(true)
@@ -153,6 +165,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		}
 		if r.err != nil {
 			_ = recorded() // its error is reported once the handlers are done
+			c.completing(rctx, &r)
 			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
 				run.broken, run.culprit = err, &r
 				return run
@@ -282,6 +295,7 @@ func (c *Client) afterLostTx(ctx context.Context, l *queueLoop, run batchRun, un
 // claim transaction was lost. The row lock waits for anyone who claimed the
 // job meanwhile; the attempts check drops our record if they moved on.
 func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
+	c.completing(ctx, &r)
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		rec, err := c.recordFailure(ctx, tx, r.job, r.err)
 		r.recorded(rec)
@@ -292,6 +306,7 @@ func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
 			zap.String("kind", r.job.Kind), zap.Int("attempt", r.job.Attempt), zap.Error(err), zap.NamedError("job_error", r.err))
 		r.outcome = outcomeCommitError
 	}
+	r.completedWith(err)
 	c.report(l, r)
 }
 

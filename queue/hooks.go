@@ -1,10 +1,17 @@
 package queue
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Hooks are callbacks around enqueues and attempts (Config.Hooks). Each is
 // optional; a nil hook costs one comparison. They must be safe for
 // concurrent use. Package otelpgwake implements them with OpenTelemetry.
+//
+// For one attempt of a job the worker calls, in order: Claimed (once per
+// claimed batch), Work and its done function (around the handler), then
+// Complete and its done function (around the write of the outcome).
 type Hooks struct {
 	// BeforeEnqueue is called once per Enqueue/EnqueueMany call (and their
 	// Tx twins) with the caller's context, before the jobs are checked or
@@ -13,10 +20,78 @@ type Hooks struct {
 	// caller's). The function it returns, if not nil, is called with the
 	// call's error when the call returns.
 	BeforeEnqueue func(ctx context.Context, jobs []NewJob) (done func(err error))
+	// Claimed is called once per claimed batch (held and leased mode, and
+	// WorkOne), right after the claim statement returned its jobs, with the
+	// worker's context, the jobs and the time the claim began (before a
+	// connection was taken from the pool). It must not keep or modify the
+	// jobs.
+	Claimed func(ctx context.Context, jobs []*Job, began time.Time)
 	// Work is called before each attempt's handler, with the context the
 	// handler would get; the handler gets the context Work returns. The
 	// function it returns, if not nil, is called with the handler's error
 	// (nil: success) when the handler returns, before the outcome is
 	// recorded.
 	Work func(ctx context.Context, job *Job) (context.Context, func(err error))
+	// Complete is called once per attempt whose handler ran, when the write
+	// of its outcome begins, with the worker's context. In held mode a
+	// failure's write begins right after its handler and a success's with
+	// the batch's commit; both end with that commit. In leased mode the
+	// write is the job's own completion (its handler's transaction, or the
+	// grouped completion statement) or failure statement. The function it
+	// returns, if not nil, is called once the write ended with the state it
+	// recorded (StateSucceeded, StatePending for a retry or a snooze,
+	// StateFailed, StateCancelled; "" when it recorded none) and its error
+	// (ErrLeaseLost when a leased job was no longer this worker's).
+	Complete func(ctx context.Context, job *Job) (done func(state JobState, err error))
+}
+
+// hookClaimed calls the Claimed hook, if any, for b's jobs.
+func (c *Client) hookClaimed(ctx context.Context, b *batch, began time.Time) {
+	h := c.cfg.Hooks.Claimed
+	if h == nil {
+		return
+	}
+	jobs := make([]*Job, len(b.jobs))
+	for i := range b.jobs {
+		jobs[i] = &b.jobs[i].job
+	}
+	h(ctx, jobs, began)
+}
+
+// completing calls the Complete hook, if any, for r's job and keeps its
+// done function in r.
+func (c *Client) completing(ctx context.Context, r *attemptResult) {
+	if h := c.cfg.Hooks.Complete; h != nil && r.completed == nil {
+		r.completed = h(ctx, r.job)
+	}
+}
+
+// completedWith calls r's Complete done function, if any, once.
+func (r *attemptResult) completedWith(err error) {
+	if r.completed == nil {
+		return
+	}
+	done := r.completed
+	r.completed = nil
+	var state JobState
+	if err == nil {
+		state = r.finalState()
+	}
+	done(state, err)
+}
+
+// finalState is the state r's recorded outcome left its job in ("" for
+// none).
+func (r *attemptResult) finalState() JobState {
+	switch {
+	case r.outcome == outcomeCommitError || r.outcome == outcomeLeaseLost:
+		return ""
+	case r.outcome == outcomeCancelled:
+		return StateCancelled
+	case r.outcome == outcomeSnoozed:
+		return StatePending
+	case r.err == nil:
+		return StateSucceeded
+	}
+	return r.state
 }

@@ -3,7 +3,9 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -69,4 +71,120 @@ func TestHooksAndMetadata(t *testing.T) {
 	require.NoError(t, workErrs[0])
 	var pe *queue.PanicError
 	require.True(t, errors.As(workErrs[1], &pe), "done sees a panic as *PanicError: %v", workErrs[1])
+}
+
+// Claimed and Complete, in held and leased mode: one Claimed call per claim
+// with the claimed job and a claim start before it; one Complete per attempt
+// whose done gets the state the write recorded (succeeded, failed for good,
+// cancelled), and, in held mode, a handler that ends the claim transaction
+// gets its failure recorded on its own, still one Complete.
+func TestHooksClaimedAndComplete(t *testing.T) {
+	t.Parallel()
+	for _, leased := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "leased"}[leased], func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			claimed := map[int64]int{}
+			states := map[int64][]queue.JobState{}
+			hooks := queue.Hooks{
+				Claimed: func(ctx context.Context, jobs []*queue.Job, began time.Time) {
+					mu.Lock()
+					defer mu.Unlock()
+					require.Len(t, jobs, 1)
+					require.False(t, began.After(time.Now()))
+					claimed[jobs[0].ID]++
+				},
+				Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+					return func(s queue.JobState, err error) {
+						mu.Lock()
+						defer mu.Unlock()
+						require.NoError(t, err)
+						states[j.ID] = append(states[j.ID], s)
+					}
+				},
+			}
+			h := queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+				switch j.Kind {
+				case "fail":
+					return errors.New("no")
+				case "cancel":
+					return queue.Cancel(errors.New("not wanted"))
+				case "ender":
+					return tx.Commit(ctx)
+				}
+				return nil
+			})
+			kinds := []string{"ok", "fail", "cancel"}
+			cfg := queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "fail": h, "cancel": h, "ender": h}}
+			want := map[string]queue.JobState{"ok": queue.StateSucceeded, "fail": queue.StateFailed, "cancel": queue.StateCancelled}
+			if leased {
+				cfg.LeasedKinds = kinds
+			} else {
+				kinds = append(kinds, "ender")
+				want["ender"] = queue.StateFailed
+			}
+			e := newEnv(t, cfg)
+			ctx := context.Background()
+			ids := map[string]int64{}
+			for _, k := range kinds {
+				res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: k, MaxAttempts: 1})
+				require.NoError(t, err)
+				ids[k] = res.ID
+			}
+			for range kinds {
+				_, ok, err := e.c.WorkOne(ctx)
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, k := range kinds {
+				require.Equal(t, 1, claimed[ids[k]], k)
+				require.Equal(t, []queue.JobState{want[k]}, states[ids[k]], k)
+			}
+		})
+	}
+}
+
+// A held batch whose COMMIT fails: the completion that was under way ends
+// with the commit's error and records no state; the failure then recorded
+// on its own is a second completion, which records the retry.
+func TestCompleteHookOnCommitFailure(t *testing.T) {
+	t.Parallel()
+	type done struct {
+		state queue.JobState
+		err   error
+	}
+	var mu sync.Mutex
+	var dones []done
+	var schema string
+	e := newEnv(t, queue.Config{
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(s queue.JobState, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				dones = append(dones, done{s, err})
+			}
+		}},
+		Handlers: map[string]queue.Handler{"w": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.deferred (k) VALUES (1)`) // fails at COMMIT
+			return err
+		})},
+	})
+	schema = e.schema
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("deferred")+` (k int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+e.table("deferred")+` VALUES (1)`)
+	require.NoError(t, err)
+	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "w", MaxAttempts: 2})
+	require.NoError(t, err)
+	id, ok, err := e.c.WorkOne(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, res.ID, id)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, dones, 2)
+	require.Empty(t, dones[0].state)
+	require.ErrorContains(t, dones[0].err, "commit failed")
+	require.Equal(t, done{queue.StatePending, nil}, dones[1])
 }

@@ -113,6 +113,10 @@ const (
 	// succeeded job keeps it until retention deletes the job. A failed or
 	// cancelled job frees it.
 	UniqueHoldSucceeded UniqueHold = "succeeded"
+	// UniqueHoldPeriod is what JobInfo reports for a job enqueued with a
+	// UniquePeriod (its key is held for the period). It is not a
+	// NewJob.UniqueHold: set UniquePeriod instead.
+	UniqueHoldPeriod UniqueHold = "period"
 )
 
 // EnqueueResult is the outcome of enqueuing one job.

@@ -127,21 +127,25 @@ func (c *Client) runLeased(hardCtx context.Context, l *queueLoop, cj *claimedJob
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
 	}
+	c.completing(rctx, &r)
+	var werr error
 	if r.err == nil {
-		c.completeLeased(rctx, l, jtx, &r)
+		werr = c.completeLeased(rctx, l, jtx, &r)
 	} else {
 		if jtx.tx != nil {
 			rollback(jtx.tx)
 		}
-		c.failLeased(rctx, l, &r, c.id)
+		werr = c.failLeased(rctx, l, &r, c.id)
 	}
+	r.completedWith(werr)
 	c.report(l, r)
 }
 
 // completeLeased marks a leased job succeeded, in the handler's transaction
 // when it used one (its writes commit with the completion), if this client
-// still holds the lease; otherwise the handler's writes roll back.
-func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r *attemptResult) {
+// still holds the lease; otherwise the handler's writes roll back. It
+// returns the write's error, or ErrLeaseLost.
+func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r *attemptResult) error {
 	j := r.job
 	var ok bool
 	var err error
@@ -167,9 +171,12 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 		l.log.Warn("could not record a leased job's success; its lease will expire and it will be retried",
 			zap.Int64("job_id", j.ID), zap.Error(err))
 		r.outcome = outcomeCommitError
+		return err
 	case !ok:
 		r.outcome = outcomeLeaseLost
+		return ErrLeaseLost
 	}
+	return nil
 }
 
 // completer records the successes of leased jobs whose handlers did not use
@@ -234,8 +241,9 @@ func (cp *completer) flush(ctx context.Context, c *Client, batch []*completion) 
 }
 
 // failLeased records a failed leased attempt (already counted) by owner (""
-// for a rescue of an expired lease).
-func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult, owner string) {
+// for a rescue of an expired lease). It returns the write's error, or
+// ErrLeaseLost.
+func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult, owner string) error {
 	j := r.job
 	rec, ok, err := c.writeFailure(ctx, c.pool, c.sql.failLeased, int32(j.Attempt), j, r.err, owner)
 	switch {
@@ -243,11 +251,13 @@ func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult,
 		l.log.Warn("could not record a leased job's failure; its lease will expire and it will be retried",
 			zap.Int64("job_id", j.ID), zap.Error(err))
 		r.outcome = outcomeCommitError
+		return err
 	case !ok:
 		r.outcome = outcomeLeaseLost
-	default:
-		r.recorded(rec)
+		return ErrLeaseLost
 	}
+	r.recorded(rec)
+	return nil
 }
 
 // leaseLoop extends this client's leases and rescues expired ones of its

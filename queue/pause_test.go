@@ -2,8 +2,10 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +107,59 @@ func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	t.Logf("pause: last claim after PauseQueue returned: %v (max %s); first claim after ResumeQueue returned: %v (max %s)",
 		stops, stops[len(stops)-1], resumes, resumes[len(resumes)-1])
 	require.Less(t, resumes[len(resumes)-1], 2*time.Second, "a resume must not wait for the 5 s poll")
+}
+
+// pausedWindow is how many jobs TestPausedQueueClaimsNothingWhileEnqueued
+// enqueues into the paused queue (about 1 s of its stream: the issue's 5 s,
+// test-sized).
+const pausedWindow = 200
+
+// Once a worker knows its queue is paused (its gauge) and its claims in
+// flight have ended, it claims none of the jobs enqueued meanwhile, however
+// many arrive (each enqueue also wakes it); a resume lets it claim them, by
+// notification (its poll is 5 s).
+func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := newEnv(t, queue.Config{})
+	w := workerOn(t, admin, "pz", 5*time.Second)
+	w.run()
+	streamCtx, stopStream := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var enqueued atomic.Int64
+	wg.Go(func() {
+		for streamCtx.Err() == nil {
+			if _, err := admin.c.Enqueue(streamCtx, queue.NewJob{Queue: "pz", Kind: "work"}); err != nil {
+				if streamCtx.Err() == nil {
+					t.Errorf("enqueue: %v", err)
+				}
+				return
+			}
+			enqueued.Add(1)
+			time.Sleep(5 * time.Millisecond) // the stream's pace, not a wait
+		}
+	})
+	defer func() { stopStream(); wg.Wait() }()
+	waitFor(t, 10*time.Second, "the worker claiming", func() bool { return admin.count(`queue = 'pz' AND state = 'succeeded'`) > 0 })
+
+	require.NoError(t, admin.c.PauseQueue(ctx, "pz"))
+	waitFor(t, 5*time.Second, "the worker to know of the pause", func() bool {
+		return w.metric("pgwake_queue_paused", map[string]string{"queue": "pz"}) == 1
+	})
+	waitFor(t, 5*time.Second, "claims in flight to end", func() bool {
+		return admin.countSQL(`SELECT count(*) FROM `+admin.table("attempts")) == 0
+	})
+	mark := admin.dbNow()
+	from := enqueued.Load()
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs enqueued while paused", pausedWindow), func() bool { return enqueued.Load() >= from+pausedWindow })
+	require.Zero(t, admin.count(`queue = 'pz' AND created_at > $1 AND state <> 'pending'`, mark), "a job enqueued while paused was claimed")
+	require.Zero(t, admin.countSQL(`SELECT count(*) FROM `+admin.table("attempts")), "a claim is in flight while paused")
+	require.GreaterOrEqual(t, admin.count(`queue = 'pz' AND created_at > $1 AND state = 'pending'`, mark), pausedWindow-1)
+
+	require.NoError(t, admin.c.ResumeQueue(ctx, "pz"))
+	waitFor(t, 10*time.Second, "jobs enqueued while paused to run", func() bool {
+		return admin.count(`queue = 'pz' AND created_at > $1 AND state = 'succeeded'`, mark) > 0
+	})
 }
 
 // The pause is stored: a client started later obeys it, Queues and the

@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
@@ -33,9 +35,16 @@ func (e *env) slots() []time.Time {
 	return out
 }
 
-// Several clients run one schedule, one of them starting late and one
-// restarting in the middle: every slot gets exactly one job, and a worker
-// runs each close to its slot.
+// periodicSlots is how many slots TestPeriodicOneJobPerSlotAcrossClients
+// runs (6 s of 200 ms slots).
+const periodicSlots = 30
+
+// Up to three clients run one schedule, started and stopped at random (at
+// a random moment in a slot, once a slot, always at least one running),
+// over 30 slots of 200 ms, while another client works the jobs: every slot
+// gets exactly one job, no gap, no duplicate, and no job runs before its
+// slot. The lateness (handler start minus slot) is logged, not asserted: a
+// loaded machine must not fail a test (docs/semantics.md quotes it).
 func TestPeriodicOneJobPerSlotAcrossClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -48,21 +57,36 @@ func TestPeriodicOneJobPerSlotAcrossClients(t *testing.T) {
 		})},
 	})
 	work.run()
-	producer := func() *env {
-		return newEnvOn(t, work.pool, work.schema, queue.Config{Periodic: tickSchedule(false), PollInterval: time.Second})
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	var running []func()
+	starts, stops := 0, 0
+	start := func() {
+		running = append(running, newEnvOn(t, work.pool, work.schema, queue.Config{Periodic: tickSchedule(false), PollInterval: time.Second}).run())
+		starts++
 	}
-	a, b := producer(), producer()
-	stopA := a.run()
-	b.run()
+	start()
 	ran := func() int { return work.countSQL(`SELECT count(*) FROM ` + work.table("effects")) }
-	waitFor(t, 10*time.Second, "three jobs run", func() bool { return ran() >= 3 })
-	producer().run() // starts late
-	stopA()          // restarts mid-slot
-	producer().run()
-	n := ran()
-	waitFor(t, 10*time.Second, "four more jobs run", func() bool { return ran() >= n+4 })
+	for n := 0; n < periodicSlots; n++ {
+		waitFor(t, 10*time.Second, fmt.Sprintf("job %d run", n+1), func() bool { return ran() > n })
+		<-time.After(time.Duration(rng.Int64N(int64(periodicEvery)))) // a random moment in the slot
+		if len(running) == 1 || (len(running) < 3 && rng.IntN(2) == 0) {
+			start()
+			continue
+		}
+		i := rng.IntN(len(running))
+		running[i]()
+		running = append(running[:i], running[i+1:]...)
+		stops++
+	}
+	for _, stop := range running {
+		stop()
+	}
+	t.Logf("periodic: seed %d, %d client starts, %d stops", seed, starts, stops)
+	require.GreaterOrEqual(t, stops, periodicSlots/4, "clients were stopped while the schedule ran")
 
 	slots := work.slots()
+	require.GreaterOrEqual(t, len(slots), periodicSlots)
 	for i := 1; i < len(slots); i++ {
 		require.Equal(t, periodicEvery, slots[i].Sub(slots[i-1]), "slot %d after %s: a gap or a duplicate", i, slots[i-1])
 	}
@@ -74,10 +98,11 @@ func TestPeriodicOneJobPerSlotAcrossClients(t *testing.T) {
 	require.NoError(t, err)
 	late, err := pgx.CollectRows(rows, pgx.RowTo[float64])
 	require.NoError(t, err)
-	require.NotEmpty(t, late)
+	require.GreaterOrEqual(t, len(late), periodicSlots)
 	sort.Float64s(late)
-	t.Logf("periodic: %d slots, one job each; lateness of %d run jobs: min %.1f ms, median %.1f ms, max %.1f ms",
-		len(slots), len(late), late[0], late[len(late)/2], late[len(late)-1])
+	p99 := late[min(len(late)-1, len(late)*99/100)]
+	t.Logf("periodic: %d slots, one job each; lateness of %d run jobs: min %.1f ms, median %.1f ms, p99 %.1f ms, max %.1f ms",
+		len(slots), len(late), late[0], late[len(late)/2], p99, late[len(late)-1])
 	require.GreaterOrEqual(t, late[0], 0.0, "a job ran before its slot")
 }
 

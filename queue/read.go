@@ -25,7 +25,19 @@ type JobInfo struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	UniqueKey   string     `json:"unique_key,omitempty"`
-	LastError   string     `json:"last_error,omitempty"`
+	// UniqueScope is what UniqueKey is unique within (UniqueByKind or
+	// UniqueByQueue); empty when the job has no unique key.
+	UniqueScope UniqueScope `json:"unique_scope,omitempty"`
+	// UniqueHold is which of the key's jobs hold it (UniqueHoldActive,
+	// UniqueHoldPending, UniqueHoldSucceeded, or UniqueHoldPeriod for a job
+	// enqueued with a UniquePeriod); empty when the job has no unique key.
+	UniqueHold UniqueHold `json:"unique_hold,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+	// Metadata is the job's metadata as its handler gets it (Job.Metadata,
+	// e.g. a trace context); nil when it has none. A value that is not a
+	// JSON object of strings (written by hand through the SQL API) reads as
+	// none, as in the worker.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Payload is set by JobGet, and by JobList when
 	// JobListParams.WithPayload is set.
 	Payload json.RawMessage `json:"payload,omitempty"`
@@ -140,10 +152,14 @@ func (p *JobListParams) validate() error {
 
 func scanJobInfo(row pgx.Row, j *JobInfo, extra ...any) error {
 	var prio int16
+	var meta *string
 	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.State, &prio, &j.Attempts, &j.MaxAttempts, &j.RunAfter,
-		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.LastError}, extra...)
+		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.UniqueScope, &j.UniqueHold, &j.LastError, &meta}, extra...)
 	err := row.Scan(dest...)
 	j.Priority = int(prio)
+	if err == nil && meta != nil && json.Unmarshal([]byte(*meta), &j.Metadata) != nil {
+		j.Metadata = nil
+	}
 	return err
 }
 

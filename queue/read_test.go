@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -142,6 +143,43 @@ func TestJobListPaginationStableUnderConcurrentInserts(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, want, got)
 	require.Equal(t, 3, pages)
+
+	// From the newest while jobs are inserted: pages never repeat a job nor
+	// skip one that existed when the first page was read.
+	stop = make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"}); err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+		}
+	})
+	got = nil
+	p = queue.JobListParams{Limit: 7}
+	for {
+		page, err := e.c.JobList(ctx, p)
+		require.NoError(t, err)
+		for _, j := range page.Jobs {
+			got = append(got, j.ID)
+		}
+		if page.Next == 0 {
+			break
+		}
+		p.Before = page.Next
+	}
+	close(stop)
+	wg.Wait()
+	rows, err := e.pool.Query(ctx, `SELECT id FROM `+e.table("jobs")+` WHERE id <= $1 ORDER BY id DESC`, got[0])
+	require.NoError(t, err)
+	existed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, existed, got, "every job up to the first page's newest, once, newest first")
 
 	// From the newest with concurrent inserts done: the first page starts
 	// at the newest job, and following pages still end at the oldest.
@@ -347,4 +385,43 @@ func TestWatchEventsNotifies(t *testing.T) {
 	_, err = e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
 	require.False(t, wait(300*time.Millisecond), "unwatched: no notification")
+}
+
+// JobGet and JobList report a job's unique scope and hold (the defaults
+// spelled out, period for a UniquePeriod, none without a key) and its
+// metadata.
+func TestJobInfoUniqueAndMetadata(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	res, err := e.c.EnqueueMany(ctx, []queue.NewJob{
+		{Kind: "k"},
+		{Kind: "k", UniqueKey: "a", Metadata: map[string]string{"tenant": "7"}},
+		{Kind: "k", UniqueKey: "b", UniqueScope: queue.UniqueByQueue, UniqueHold: queue.UniqueHoldPending},
+		{Kind: "k", UniqueKey: "c", UniquePeriod: time.Hour},
+	})
+	require.NoError(t, err)
+	type want struct {
+		scope queue.UniqueScope
+		hold  queue.UniqueHold
+		meta  map[string]string
+	}
+	wants := []want{
+		{},
+		{queue.UniqueByKind, queue.UniqueHoldActive, map[string]string{"tenant": "7"}},
+		{queue.UniqueByQueue, queue.UniqueHoldPending, nil},
+		{queue.UniqueByKind, queue.UniqueHoldPeriod, nil},
+	}
+	page, err := e.c.JobList(ctx, queue.JobListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, len(res))
+	for i, r := range res {
+		j, err := e.c.JobGet(ctx, r.ID)
+		require.NoError(t, err)
+		listed := page.Jobs[len(res)-1-i] // newest first
+		require.Equal(t, r.ID, listed.ID)
+		for _, got := range []queue.JobInfo{j, listed} {
+			require.Equal(t, wants[i], want{got.UniqueScope, got.UniqueHold, got.Metadata}, "job %d", i)
+		}
+	}
 }

@@ -44,8 +44,13 @@ type readStatements struct {
 }
 
 // jobCols are the columns of a JobInfo, in scanJobInfo's order.
+// A job without a unique key has no scope or hold; with one, NULL columns
+// are the defaults (kind, active).
 const jobCols = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at,
-	coalesce(unique_key, ''), coalesce(last_error, '')`
+	coalesce(unique_key, ''),
+	CASE WHEN unique_key IS NULL THEN '' ELSE coalesce(unique_scope, 'kind') END,
+	CASE WHEN unique_key IS NULL THEN '' ELSE coalesce(unique_hold, 'active') END,
+	coalesce(last_error, ''), metadata::text`
 
 // eventCols are the columns of an EventInfo, in scanEventInfo's order.
 const eventCols = `id, job_id, type, queue, kind, attempt, at, data`

@@ -13,8 +13,9 @@ import (
 )
 
 // A steady stream of single-job enqueues below saturation, then silence,
-// then one more job. During the stream a loop woken right after it slept
-// marks itself busy and looks on its own (the stream rule, dispatcher.go),
+// then one more job. During the stream a loop that finds jobs at
+// streamRate or faster marks itself busy and looks on its own (the stream
+// rule, stream.go),
 // so producers may skip their NOTIFY; when the stream ends it must go idle
 // through the barrier, so that the next producer notifies again. Every job
 // runs and none waits for the poll (an hour). How many notifications the

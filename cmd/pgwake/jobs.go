@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,9 +32,11 @@ list    jobs, newest first, filtered by queue, kind, state (pending,
         running, succeeded, failed, cancelled), text in the last error and
         creation time; --limit defaults to 50. After a full page it prints
         the --before that reads the next one (pages stay stable while jobs
-        are enqueued).
-show    one job with its payload and full event history (of a job deleted
-        by retention, the history alone).
+        are enqueued). Each job shows its unique key with the key's scope
+        and hold, and its metadata (e.g. a trace context).
+show    one job with its payload, unique key (scope, hold), metadata and
+        full event history (of a job deleted by retention, the history
+        alone).
 retry   puts failed jobs back to pending, due now (a "retried" event each);
         their attempts are kept and max attempts grows if needed so they run
         at least once more. A job whose unique key another job holds now is
@@ -183,11 +186,12 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tUNIQUE\tMETADATA\tLAST ERROR")
 	for _, j := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, printable(j.Queue, false), printable(j.Kind, false),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.ID, printable(j.Queue, false), printable(j.Kind, false),
 			printable(string(j.State), false), j.Attempts, j.MaxAttempts,
-			j.RunAfter.Local().Format("2006-01-02 15:04:05"), printable(shorten(j.LastError, 60), false))
+			j.RunAfter.Local().Format("2006-01-02 15:04:05"), orDash(shorten(uniqueText(j.JobInfo), 40)),
+			orDash(shorten(metadataText(j.Metadata, " "), 40)), printable(shorten(j.LastError, 60), false))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -260,7 +264,10 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(w, "  finished:     %s\n", ts(*j.FinishedAt))
 	}
 	if j.UniqueKey != "" {
-		fmt.Fprintf(w, "  unique key:   %s\n", j.UniqueKey)
+		fmt.Fprintf(w, "  unique key:   %s\n", uniqueText(j.JobInfo))
+	}
+	if len(j.Metadata) > 0 {
+		fmt.Fprintf(w, "  metadata:     %s\n", metadataText(j.Metadata, "\n                "))
 	}
 	if j.LastError != "" {
 		fmt.Fprintf(w, "  last error:   %s\n", indentMore(printable(j.LastError, true)))
@@ -447,6 +454,34 @@ func shorten(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "..."
+}
+
+// uniqueText is a job's unique key with its scope and hold ("" without a
+// key), terminal-safe.
+func uniqueText(j queue.JobInfo) string {
+	if j.UniqueKey == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s (scope %s, hold %s)", printable(j.UniqueKey, false), printable(string(j.UniqueScope), false),
+		printable(string(j.UniqueHold), false))
+}
+
+// metadataText is a job's metadata as key=value pairs in key order, joined
+// by sep, terminal-safe.
+func metadataText(m map[string]string, sep string) string {
+	pairs := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		pairs = append(pairs, printable(k, false)+"="+printable(m[k], false))
+	}
+	return strings.Join(pairs, sep)
+}
+
+// orDash is s, or "-" when s is empty (an empty table cell).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func indentMore(s string) string {

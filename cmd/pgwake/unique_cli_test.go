@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/queue"
 )
 
 // The unique flags reach the job, a period's holder says until when, and
@@ -47,4 +49,51 @@ func TestEnqueueUniqueFlagsAndRetrySkip(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("retried %d\n", free), r.stdout)
 	require.Contains(t, r.stderr, fmt.Sprintf("skipped job %d: queue: retry job %d: its unique key is held by job %d", held, held, holder))
 	require.Contains(t, r.stderr, "could not retry job(s) "+strconv.FormatInt(held, 10)+": their unique keys are held")
+}
+
+// jobs list and show print a job's unique key with its scope and hold, and
+// its metadata, as text and as JSON; a job without them prints none.
+func TestJobsListShowUniqueAndMetadata(t *testing.T) {
+	t.Parallel()
+	schema := migrated(t)
+	ctx := context.Background()
+	plain := enqueueID(t, "", "--schema", schema, "--kind", "a")
+	byQueue := enqueueID(t, "", "--schema", schema, "--kind", "a", "--unique-key", "q1", "--unique-scope", "queue", "--unique-hold", "succeeded")
+	period := enqueueID(t, "", "--schema", schema, "--kind", "a", "--unique-key", "d1", "--unique-period", "1h")
+	var traced int64
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT `+sqlident.Quote(schema, "enqueue")+
+		`(kind => 'a', unique_key => 'k1', metadata => '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "7"}')`).Scan(&traced))
+
+	out := mustRun(t, "", "jobs", "list", "--schema", schema)
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s.*\s-\s+-\s*$`, plain), out, "no key, no metadata")
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s.*\sq1 \(scope queue, hold succeeded\)\s+-`, byQueue), out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s.*\sd1 \(scope kind, hold period\)\s+-`, period), out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s.*\sk1 \(scope kind, hold active\)\s+tenant=7 traceparent=00-0af7`, traced), out)
+
+	var page []jobRow
+	require.NoError(t, json.Unmarshal([]byte(mustRun(t, "", "jobs", "list", "--schema", schema, "--json")), &page))
+	got := map[int64]jobRow{}
+	for _, j := range page {
+		got[j.ID] = j
+	}
+	require.Equal(t, queue.UniqueByQueue, got[byQueue].UniqueScope)
+	require.Equal(t, queue.UniqueHoldSucceeded, got[byQueue].UniqueHold)
+	require.Equal(t, queue.UniqueHoldPeriod, got[period].UniqueHold)
+	require.Equal(t, queue.UniqueHoldActive, got[traced].UniqueHold)
+	require.Equal(t, map[string]string{"tenant": "7", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, got[traced].Metadata)
+	require.Empty(t, got[plain].UniqueScope)
+	require.Empty(t, got[plain].UniqueHold)
+	require.Nil(t, got[plain].Metadata)
+
+	out = mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(traced, 10))
+	require.Contains(t, out, "  unique key:   k1 (scope kind, hold active)\n")
+	require.Contains(t, out, "  metadata:     tenant=7\n                traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n")
+	out = mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(plain, 10))
+	require.NotContains(t, out, "unique key:")
+	require.NotContains(t, out, "metadata:")
+	var shown jobRow
+	require.NoError(t, json.Unmarshal([]byte(mustRun(t, "", "jobs", "show", "--json", "--schema", schema, strconv.FormatInt(byQueue, 10))), &shown))
+	require.Equal(t, "q1", shown.UniqueKey)
+	require.Equal(t, queue.UniqueByQueue, shown.UniqueScope)
+	require.Equal(t, queue.UniqueHoldSucceeded, shown.UniqueHold)
 }
