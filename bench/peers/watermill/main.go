@@ -17,7 +17,9 @@
 //	cd bench/peers && go run ./watermill -db postgres://... # existing server
 //
 // With -db, pg_stat_statements must be in shared_preload_libraries for the
-// statements column (otherwise it reads n/a).
+// statements column (otherwise it reads n/a). -only NAME runs the systems
+// whose name contains NAME; -cpuprofile FILE writes a Go CPU profile of each
+// drain to FILE.<system>.<run>.
 package main
 
 import (
@@ -28,8 +30,10 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -54,6 +58,8 @@ type options struct {
 	tuned    time.Duration
 	top      bool
 	drain    int
+	only     string
+	cpuprof  string
 }
 
 func main() {
@@ -66,6 +72,8 @@ func main() {
 	flag.DurationVar(&o.tuned, "tuned", 10*time.Millisecond, "watermill-sql's tuned poll interval")
 	flag.BoolVar(&o.top, "top", false, "log the statements each system ran while idle")
 	flag.IntVar(&o.drain, "drain", 5000, "messages published in batches of 100 before the subscriber drains them (0: skip)")
+	flag.StringVar(&o.only, "only", "", "run only the systems whose name contains this")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a Go CPU profile of the drains to this file")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -124,11 +132,18 @@ func run(o options) error {
 		{"watermill-sql v4, poll 1s (default)", setupWatermillSQL(time.Second)},
 		{"watermill-sql v4, poll " + o.tuned.String() + " (tuned)", setupWatermillSQL(o.tuned)},
 	}
+	if o.only != "" {
+		systems = slices.DeleteFunc(systems, func(s system) bool { return !strings.Contains(s.name, o.only) })
+	}
 	results := make([][]result, len(systems))
 	for r := range o.runs {
 		for i, s := range systems {
 			db := fmt.Sprintf("bench_wm_%d_%d", i, r)
-			res, err := measure(ctx, admin, url, db, s, o, stmtErr == nil)
+			prof := ""
+			if o.cpuprof != "" {
+				prof = fmt.Sprintf("%s.%d.%d", o.cpuprof, i, r+1)
+			}
+			res, err := measure(ctx, admin, url, db, s, o, stmtErr == nil, prof)
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, r+1, err)
 			}
@@ -182,7 +197,7 @@ const topic = "bench.latency"
 
 // measure runs one system in a fresh database: idle load first (with the
 // subscriber running and nothing published), then latency at the steady rate.
-func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system, o options, stmts bool) (result, error) {
+func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system, o options, stmts bool, prof string) (result, error) {
 	dbq := pgx.Identifier{db}.Sanitize()
 	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+dbq+` WITH (FORCE)`); err != nil {
 		return result{}, err
@@ -335,6 +350,10 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 		if err != nil {
 			return result{}, err
 		}
+		stopProf, err := startProfile(prof)
+		if err != nil {
+			return result{}, err
+		}
 		start := time.Now()
 		for i := 0; i < o.drain; i++ {
 			select {
@@ -345,6 +364,7 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 			}
 		}
 		res.drainPerSec = float64(o.drain) / time.Since(start).Seconds()
+		stopProf()
 		dcancel()
 		for range ch {
 		}
@@ -354,6 +374,23 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 		return result{}, err
 	}
 	return res, pub.Close()
+}
+
+// startProfile starts a Go CPU profile into file (none when file is "") and
+// returns the function that stops it.
+func startProfile(file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func publish(pub message.Publisher) error {
