@@ -200,6 +200,16 @@ func (r *attemptResult) recorded(rec failRecord) {
 	}
 }
 
+// customPlan makes the rest of the claim transaction plan each statement
+// for its arguments and the table's current size. The succeed statement
+// moves a batch by id (id = ANY($1)); once a connection has run it five
+// times, PostgreSQL may keep a generic plan, costed for the table as it was
+// then: a connection that warmed up on a small table (a quiet queue, a new
+// one) then seq-scans the whole table for every batch of a backlog, until
+// autovacuum's next ANALYZE, 7.5-15 ms per batch of 32 in
+// bench/peers/watermill's drain (TestSucceedPlansForTheCurrentTable).
+const customPlan = "SET LOCAL plan_cache_mode = force_custom_plan"
+
 // complete records cancels and successes in the claim transaction, deletes
 // the batch's attempt records and commits, in one round trip, then returns
 // the connection to the pool.
@@ -221,6 +231,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
 	marked := map[int64]bool{}
+	pb.Queue(customPlan)
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })

@@ -73,3 +73,73 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// A connection that ran the succeed statement while the table was small
+// keeps a generic plan that seq-scans it; once a backlog has grown the
+// table, every completed batch reads all of it (7.5-15 ms per batch of 32 in
+// bench/peers/watermill's drain of 20,000 messages). complete runs
+// customPlan first, so succeed is planned for the table as it is now.
+func TestSucceedPlansForTheCurrentTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	jobs := sqlident.Quote(schema, "jobs")
+	_, err = pool.Exec(ctx, `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	// A quiet queue: a few hundred finished jobs, analyzed.
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
+		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+
+	// A connection of its own: the prepared statement stays off the pool.
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	// After five runs PostgreSQL may settle on the generic plan, built then,
+	// for the table as it was (seen in the bench's drain); force that choice.
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `PREPARE p AS `+newStatements(schema).succeed)
+	require.NoError(t, err)
+	const args = `('{2,4,6}'::bigint[], '{2,4,6}'::bigint[])`
+	explain := func(setting string) string {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(tx)
+		if setting != "" {
+			_, err = tx.Exec(ctx, setting)
+			require.NoError(t, err)
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN EXECUTE p`+args)
+		require.NoError(t, err)
+		var lines []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			lines = append(lines, l)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(lines, "\n")
+	}
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `EXECUTE p`+args) // builds the generic plan
+	require.NoError(t, err)
+	rollback(tx)
+	// A backlog arrives; no ANALYZE yet.
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload)
+		SELECT 'q', 'k', '{}' FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+
+	cached := explain("")
+	require.Contains(t, cached, "Seq Scan on jobs", "the trap this guards against:\n%s", cached)
+	planned := explain(customPlan)
+	require.Contains(t, planned, "jobs_pkey", planned)
+	require.NotContains(t, planned, "Seq Scan on jobs", planned)
+}
