@@ -61,8 +61,17 @@ func defaultLogger() watermill.LoggerAdapter { return watermill.NewStdLogger(fal
 // a's Error (a watermill.LoggerAdapter has no warning level), Info to Info,
 // Debug to Debug.
 func zapFor(a watermill.LoggerAdapter) *zap.Logger {
-	if z, ok := a.(zapAdapter); ok {
-		return z.l
+	switch a := a.(type) {
+	case zapAdapter:
+		return a.l
+	case watermill.NopLogger:
+		return zap.NewNop()
+	case *watermill.StdLoggerAdapter:
+		if a.DebugLogger == nil {
+			// Debug entries (one per delivered message) would be encoded
+			// for an adapter that drops them.
+			return zap.New(&adapterCore{a: a, enab: zapcore.InfoLevel})
+		}
 	}
 	return zap.New(&adapterCore{a: a, enab: zapcore.DebugLevel})
 }
