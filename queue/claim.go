@@ -32,6 +32,9 @@ type batch struct {
 	runningID   int64
 	stopRunning context.CancelCauseFunc
 	done        chan struct{} // closed when the batch has ended
+	// freeSlot gives the dispatcher's slot back once (nil: no slot), so
+	// that the next claim overlaps this batch's commit.
+	freeSlot func()
 }
 
 type claimedJob struct {

@@ -264,7 +264,8 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 			l.c.executeLeased(hardCtx, b, l)
 			return
 		}
-		defer func() { <-l.slots }()
+		b.freeSlot = sync.OnceFunc(func() { <-l.slots })
+		defer b.freeSlot()
 		l.c.execute(hardCtx, b, l)
 	}()
 	stream := s.rate.add(len(b.jobs), time.Now())

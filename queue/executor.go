@@ -88,6 +88,14 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 		time.AfterFunc(time.Second, func() { l.wake(sourceReleased, 0) })
 	}
 	if run.broken == nil {
+		if len(unstarted) == 0 && b.freeSlot != nil && allSucceeded(run.results) {
+			// Every claimed job ran and succeeded: the next claim starts
+			// after them in claim order whether or not this commit has
+			// landed (their rows are locked until it does), so it need not
+			// wait for it. A cut batch or a failure keeps the slot until the
+			// commit, so that what it releases is claimed again first.
+			b.freeSlot()
+		}
 		for i := range run.results {
 			c.completing(rctx, &run.results[i]) // failures' writes began already
 		}
@@ -114,6 +122,16 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 	b.release()
 	l.rewind.Store(true)
 	c.afterLostTx(rctx, l, run, unstarted)
+}
+
+// allSucceeded reports whether every attempt of rs succeeded.
+func allSucceeded(rs []attemptResult) bool {
+	for _, r := range rs {
+		if r.err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // runJobs runs b's handlers one after another until the batch has run for

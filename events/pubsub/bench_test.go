@@ -22,7 +22,7 @@ func BenchmarkDrain(b *testing.B) {
 	for _, c := range []struct {
 		name     string
 		maxBatch int
-	}{{"default", 0}, {"MaxBatch1", 1}} {
+	}{{"default", 0}, {"MaxBatch1", 1}, {"MaxBatch64", 64}} {
 		b.Run(c.name, func(b *testing.B) {
 			pool, schema := newSchema(b)
 			pub, err := pubsub.NewPublisher(pool, pubsub.PublisherConfig{Schema: schema, Logger: watermill.NopLogger{}})
