@@ -76,7 +76,7 @@ func TestHooksAndMetadata(t *testing.T) {
 // Claimed and Complete, in held and leased mode: one Claimed call per claim
 // with the claimed job and a claim start before it; one Complete per attempt
 // whose done gets the state the write recorded (succeeded, failed for good,
-// cancelled), and, in held mode, a handler that ends the claim transaction
+// cancelled, pending for a snooze), and, in held mode, a handler that ends the claim transaction
 // gets its failure recorded on its own, still one Complete.
 func TestHooksClaimedAndComplete(t *testing.T) {
 	t.Parallel()
@@ -109,14 +109,16 @@ func TestHooksClaimedAndComplete(t *testing.T) {
 					return errors.New("no")
 				case "cancel":
 					return queue.Cancel(errors.New("not wanted"))
+				case "snooze":
+					return queue.Snooze(time.Hour)
 				case "ender":
 					return tx.Commit(ctx)
 				}
 				return nil
 			})
-			kinds := []string{"ok", "fail", "cancel"}
-			cfg := queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "fail": h, "cancel": h, "ender": h}}
-			want := map[string]queue.JobState{"ok": queue.StateSucceeded, "fail": queue.StateFailed, "cancel": queue.StateCancelled}
+			kinds := []string{"ok", "fail", "cancel", "snooze"}
+			cfg := queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "fail": h, "cancel": h, "snooze": h, "ender": h}}
+			want := map[string]queue.JobState{"ok": queue.StateSucceeded, "fail": queue.StateFailed, "cancel": queue.StateCancelled, "snooze": queue.StatePending}
 			if leased {
 				cfg.LeasedKinds = kinds
 			} else {
