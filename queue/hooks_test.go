@@ -190,3 +190,39 @@ func TestCompleteHookOnCommitFailure(t *testing.T) {
 	require.ErrorContains(t, dones[0].err, "commit failed")
 	require.Equal(t, done{queue.StatePending, nil}, dones[1])
 }
+
+// A leased completion that finds its lease taken (here: another worker's
+// name written over it while the handler ran) records nothing: Complete's
+// done gets no state and ErrLeaseLost.
+func TestCompleteHookOnLeaseLost(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var states []queue.JobState
+	var errs []error
+	var e *env
+	e = newEnv(t, queue.Config{
+		LeasedKinds: []string{"l"},
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(s queue.JobState, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				states, errs = append(states, s), append(errs, err)
+			}
+		}},
+		Handlers: map[string]queue.Handler{"l": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
+			_, err := e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET leased_by = 'another worker' WHERE id = $1`, j.ID)
+			return err
+		})},
+	})
+	ctx := context.Background()
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "l"})
+	require.NoError(t, err)
+	_, ok, err := e.c.WorkOne(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []queue.JobState{""}, states)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], queue.ErrLeaseLost)
+}
