@@ -37,9 +37,10 @@ func workerOn(t *testing.T, e *env, q string, poll time.Duration) *env {
 	return w
 }
 
-// A pause made through one client stops claims in another within about
-// 100 ms (by notification: its poll is 5 s), enqueues still go in, and a
-// resume restarts claims at once.
+// A pause made through one client stops claims in another within 1 s (by
+// notification: its poll is 5 s), enqueues still go in, and a resume
+// restarts claims within 2 s. The times are logged (docs/pause.md quotes
+// them), not asserted closer: a loaded machine must not fail a test.
 func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
