@@ -142,3 +142,24 @@ func TestNoProviderWritesNothing(t *testing.T) {
 		[]int64{res[0].ID, res[1].ID}).Scan(&n))
 	require.Equal(t, 2, n)
 }
+
+// A no-op provider records nothing, but a span context already in the
+// caller's context (one extracted from an incoming request, say) is what
+// its Start returns, so that context is written with the job as it is.
+func TestNoProviderPassesTheCallersContextOn(t *testing.T) {
+	t.Parallel()
+	c := pgwaketest.NewClient(t, pgwaketest.Pool(t), queue.Config{
+		Hooks: otelpgwake.Hooks(otelpgwake.Config{TracerProvider: noop.NewTracerProvider()}),
+	})
+	tid, err := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	require.NoError(t, err)
+	sid, err := trace.SpanIDFromHex("b7ad6b7169203331")
+	require.NoError(t, err)
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+	res, err := c.Enqueue(ctx, queue.NewJob{Kind: "a"})
+	require.NoError(t, err)
+	j, err := c.JobGet(context.Background(), res.ID)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, j.Metadata)
+}

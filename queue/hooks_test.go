@@ -76,7 +76,7 @@ func TestHooksAndMetadata(t *testing.T) {
 // Claimed and Complete, in held and leased mode: one Claimed call per claim
 // with the claimed job and a claim start before it; one Complete per attempt
 // whose done gets the state the write recorded (succeeded, failed for good,
-// cancelled), and, in held mode, a handler that ends the claim transaction
+// cancelled, pending for a snooze), and, in held mode, a handler that ends the claim transaction
 // gets its failure recorded on its own, still one Complete.
 func TestHooksClaimedAndComplete(t *testing.T) {
 	t.Parallel()
@@ -109,14 +109,16 @@ func TestHooksClaimedAndComplete(t *testing.T) {
 					return errors.New("no")
 				case "cancel":
 					return queue.Cancel(errors.New("not wanted"))
+				case "snooze":
+					return queue.Snooze(time.Hour)
 				case "ender":
 					return tx.Commit(ctx)
 				}
 				return nil
 			})
-			kinds := []string{"ok", "fail", "cancel"}
-			cfg := queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "fail": h, "cancel": h, "ender": h}}
-			want := map[string]queue.JobState{"ok": queue.StateSucceeded, "fail": queue.StateFailed, "cancel": queue.StateCancelled}
+			kinds := []string{"ok", "fail", "cancel", "snooze"}
+			cfg := queue.Config{Hooks: hooks, Handlers: map[string]queue.Handler{"ok": h, "fail": h, "cancel": h, "snooze": h, "ender": h}}
+			want := map[string]queue.JobState{"ok": queue.StateSucceeded, "fail": queue.StateFailed, "cancel": queue.StateCancelled, "snooze": queue.StatePending}
 			if leased {
 				cfg.LeasedKinds = kinds
 			} else {
@@ -187,4 +189,40 @@ func TestCompleteHookOnCommitFailure(t *testing.T) {
 	require.Empty(t, dones[0].state)
 	require.ErrorContains(t, dones[0].err, "commit failed")
 	require.Equal(t, done{queue.StatePending, nil}, dones[1])
+}
+
+// A leased completion that finds its lease taken (here: another worker's
+// name written over it while the handler ran) records nothing: Complete's
+// done gets no state and ErrLeaseLost.
+func TestCompleteHookOnLeaseLost(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var states []queue.JobState
+	var errs []error
+	var e *env
+	e = newEnv(t, queue.Config{
+		LeasedKinds: []string{"l"},
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(s queue.JobState, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				states, errs = append(states, s), append(errs, err)
+			}
+		}},
+		Handlers: map[string]queue.Handler{"l": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, j *queue.Job) error {
+			_, err := e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET leased_by = 'another worker' WHERE id = $1`, j.ID)
+			return err
+		})},
+	})
+	ctx := context.Background()
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "l"})
+	require.NoError(t, err)
+	_, ok, err := e.c.WorkOne(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []queue.JobState{""}, states)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], queue.ErrLeaseLost)
 }

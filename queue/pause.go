@@ -38,8 +38,9 @@ type QueueState struct {
 }
 
 // PauseQueue pauses queue in every client on the schema: they stop
-// claiming its jobs (within about 100 ms; at most PollInterval if the
-// notification is lost), running jobs finish, and enqueues still go in.
+// claiming its jobs when its notification arrives (at their next poll,
+// PollInterval, if it is lost; docs/pause.md gives measured times),
+// running jobs finish, and enqueues still go in.
 // Pausing a paused queue does nothing more. The pause is stored in the
 // database and outlives every client.
 func (c *Client) PauseQueue(ctx context.Context, queue string) error {

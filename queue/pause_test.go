@@ -37,9 +37,10 @@ func workerOn(t *testing.T, e *env, q string, poll time.Duration) *env {
 	return w
 }
 
-// A pause made through one client stops claims in another within about
-// 100 ms (by notification: its poll is 5 s), enqueues still go in, and a
-// resume restarts claims at once.
+// A pause made through one client stops claims in another within 1 s (by
+// notification: its poll is 5 s), enqueues still go in, and a resume
+// restarts claims within 2 s. The times are logged (docs/pause.md quotes
+// them), not asserted closer: a loaded machine must not fail a test.
 func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -116,8 +117,8 @@ const pausedWindow = 200
 
 // Once a worker knows its queue is paused (its gauge) and its claims in
 // flight have ended, it claims none of the jobs enqueued meanwhile, however
-// many arrive (each enqueue also wakes it); a resume lets it claim them, by
-// notification (its poll is 5 s).
+// many arrive; a resume lets it claim them, by notification (its poll is
+// 5 s).
 func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -160,6 +161,58 @@ func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	waitFor(t, 10*time.Second, "jobs enqueued while paused to run", func() bool {
 		return admin.count(`queue = 'pz' AND created_at > $1 AND state = 'succeeded'`, mark) > 0
 	})
+}
+
+// A pause whose notification is lost (here: written to the table without
+// one) is obeyed at the client's next poll of the table.
+func TestPauseWithoutNotificationObeyedAtPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := newEnv(t, queue.Config{})
+	w := workerOn(t, admin, "pl", 50*time.Millisecond)
+	signals := queue.EnableTestSignals(w.c)
+	w.run()
+	signals.WaitAsleep(t, "pl", 0) // running, before the pause
+	_, err := admin.pool.Exec(ctx, `INSERT INTO `+admin.table("paused_queues")+` (queue) VALUES ('pl')`)
+	require.NoError(t, err)
+	signals.WaitPausedLooks(t, "pl", 1) // met at a poll: nothing was notified
+	res, err := admin.c.Enqueue(ctx, queue.NewJob{Queue: "pl", Kind: "work"})
+	require.NoError(t, err)
+	signals.WaitPausedLooks(t, "pl", 3)
+	require.Equal(t, 1, admin.count(`id = $1 AND state = 'pending'`, res.ID))
+}
+
+// A job running when its queue is paused finishes normally, in held and in
+// leased mode.
+func TestPauseLetsRunningJobsFinish(t *testing.T) {
+	t.Parallel()
+	for _, leased := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "leased"}[leased], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			started, release := make(chan struct{}, 1), make(chan struct{})
+			cfg := queue.Config{Queues: map[string]queue.QueueConfig{"pf": {}}, Handlers: map[string]queue.Handler{
+				"slow": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { started <- struct{}{}; <-release; return nil })}}
+			if leased {
+				cfg.LeasedKinds = []string{"slow"}
+			}
+			e := newEnv(t, cfg)
+			e.run()
+			res, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "pf", Kind: "slow"})
+			require.NoError(t, err)
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not start")
+			}
+			require.NoError(t, e.c.PauseQueue(ctx, "pf"))
+			waitFor(t, 5*time.Second, "the worker to know of the pause", func() bool {
+				return e.metric("pgwake_queue_paused", map[string]string{"queue": "pf"}) == 1
+			})
+			close(release)
+			waitFor(t, 10*time.Second, "the running job to succeed", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, res.ID) == 1 })
+		})
+	}
 }
 
 // The pause is stored: a client started later obeys it, Queues and the

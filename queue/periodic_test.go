@@ -44,7 +44,7 @@ const periodicSlots = 30
 // over 30 slots of 200 ms, while another client works the jobs: every slot
 // gets exactly one job, no gap, no duplicate, and no job runs before its
 // slot. The lateness (handler start minus slot) is logged, not asserted: a
-// loaded machine must not fail a test (docs/semantics.md quotes it).
+// loaded machine must not fail a test (docs/periodic.md quotes it).
 func TestPeriodicOneJobPerSlotAcrossClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -165,7 +165,8 @@ func TestPeriodicConfigErrors(t *testing.T) {
 		"short every":  {{Spec: "@every 1ms", Job: job}},
 		"bad duration": {{Spec: "@every soon", Job: job}},
 		"unique key":   {{Spec: "@hourly", Job: queue.NewJob{Kind: "tick", UniqueKey: "k"}}},
-		"run after":    {{Spec: "@hourly", Job: queue.NewJob{Kind: "tick", Delay: time.Second}}},
+		"delay":        {{Spec: "@hourly", Job: queue.NewJob{Kind: "tick", Delay: time.Second}}},
+		"run after":    {{Spec: "@hourly", Job: queue.NewJob{Kind: "tick", RunAfter: time.Now().Add(time.Hour)}}},
 		"same name":    {{Spec: "@hourly", Job: job}, {Spec: "@daily", Job: job}},
 	} {
 		_, err := queue.New(pool, queue.Config{Periodic: p})

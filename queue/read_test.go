@@ -425,3 +425,39 @@ func TestJobInfoUniqueAndMetadata(t *testing.T) {
 		}
 	}
 }
+
+// Keyset pages on a sequence: a job whose transaction took its id before a
+// walk's first page and committed after the walk passed its place is not in
+// that walk, even as it goes on; the next walk from the newest shows it.
+func TestJobListLateCommitBelowCursor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	var ids []int64 // a0, a, late (in tx), b
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for i := range 4 {
+		enqueue := e.c.Enqueue
+		if i == 2 {
+			enqueue = func(ctx context.Context, j queue.NewJob) (queue.EnqueueResult, error) {
+				return e.c.EnqueueTx(ctx, tx, j)
+			}
+		}
+		r, err := enqueue(ctx, queue.NewJob{Kind: "k"})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	var walk []int64
+	p := queue.JobListParams{Limit: 1}
+	for page := 0; page < 3; page++ { // b and a before the commit, a0 after
+		if page == 2 {
+			require.NoError(t, tx.Commit(ctx))
+		}
+		got, err := e.c.JobList(ctx, p)
+		require.NoError(t, err)
+		walk, p.Before = append(walk, got.Jobs[0].ID), got.Next
+	}
+	require.Equal(t, []int64{ids[3], ids[1], ids[0]}, walk, "the walk went past late's place before it committed")
+	require.Equal(t, []int64{ids[3], ids[2], ids[1], ids[0]}, listIDs(t, e.c, queue.JobListParams{}), "the next walk from the newest")
+}

@@ -291,6 +291,37 @@ func printEvents(w io.Writer, events []eventRow, ts func(time.Time) string) erro
 
 // jobsChange retries (retry=true) or cancels jobs.
 func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) error {
+	req, err := parseJobsChange(env, args, retry)
+	if err != nil {
+		return err
+	}
+	client, pool, err := env.connectClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ids := req.ids
+	if req.all {
+		if ids, err = failedIDs(ctx, client, req.queue, req.kind); err != nil {
+			return explainSchemaError(err, env.schema)
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(env.stdout, "no failed jobs match")
+			return nil
+		}
+	}
+	return applyJobsChange(ctx, env, client, ids, retry)
+}
+
+// jobsChangeRequest is what `jobs retry|cancel` was asked to do.
+type jobsChangeRequest struct {
+	ids         []int64
+	all         bool // retry --all-failed
+	queue, kind string
+}
+
+// parseJobsChange reads the flags and ids of `jobs retry|cancel`.
+func parseJobsChange(env *cliEnv, args []string, retry bool) (jobsChangeRequest, error) {
 	fs := env.flags()
 	var allFailed *bool
 	var q, kind *string
@@ -299,59 +330,61 @@ func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) err
 		q = fs.String("queue", "", "with --all-failed: only this queue")
 		kind = fs.String("kind", "", "with --all-failed: only this kind")
 	}
+	var req jobsChangeRequest
 	if err := env.parse(fs, args); err != nil {
-		return err
+		return req, err
 	}
-	verb := "cancel"
-	if retry {
-		verb = "retry"
-	}
-	var ids []int64
 	for _, a := range fs.Args() {
 		id, err := parseID(a)
 		if err != nil {
-			return err
+			return req, err
 		}
-		ids = append(ids, id)
+		req.ids = append(req.ids, id)
 	}
-	all := allFailed != nil && *allFailed
+	req.all = allFailed != nil && *allFailed
+	if retry {
+		req.queue, req.kind = *q, *kind
+	}
 	switch {
-	case all && len(ids) > 0:
-		return usagef("give job ids or --all-failed, not both")
-	case !all && len(ids) == 0:
+	case req.all && len(req.ids) > 0:
+		return req, usagef("give job ids or --all-failed, not both")
+	case !req.all && len(req.ids) == 0:
 		if retry {
-			return usagef("expected job ids or --all-failed")
+			return req, usagef("expected job ids or --all-failed")
 		}
-		return usagef("expected job ids")
-	case !all && retry && (*q != "" || *kind != ""):
-		return usagef("--queue and --kind narrow --all-failed; with ids, give only ids")
+		return req, usagef("expected job ids")
+	case !req.all && retry && (req.queue != "" || req.kind != ""):
+		return req, usagef("--queue and --kind narrow --all-failed; with ids, give only ids")
 	}
-	client, pool, err := env.connectClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if all {
-		p := queue.JobListParams{State: queue.StateFailed, Queue: *q, Kind: *kind, Limit: queue.MaxJobListLimit}
-		for {
-			page, err := client.JobList(ctx, p)
-			if err != nil {
-				return explainSchemaError(fmt.Errorf("find failed jobs: %w", err), env.schema)
-			}
-			for _, j := range page.Jobs {
-				ids = append(ids, j.ID)
-			}
-			if page.Next == 0 {
-				break
-			}
-			p.Before = page.Next
+	return req, nil
+}
+
+// failedIDs lists the failed jobs of queue and kind (empty: any), oldest
+// first, through the read API.
+func failedIDs(ctx context.Context, client *queue.Client, q, kind string) ([]int64, error) {
+	var ids []int64
+	p := queue.JobListParams{State: queue.StateFailed, Queue: q, Kind: kind, Limit: queue.MaxJobListLimit}
+	for {
+		page, err := client.JobList(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("find failed jobs: %w", err)
 		}
-		slices.Reverse(ids) // oldest first
-		if len(ids) == 0 {
-			fmt.Fprintln(env.stdout, "no failed jobs match")
-			return nil
+		for _, j := range page.Jobs {
+			ids = append(ids, j.ID)
 		}
+		if page.Next == 0 {
+			break
+		}
+		p.Before = page.Next
 	}
+	slices.Reverse(ids) // oldest first
+	return ids, nil
+}
+
+// applyJobsChange retries or cancels each job, reporting each one done and
+// skipping (with a note) a retry whose unique key is held; the error names
+// the jobs it could not change.
+func applyJobsChange(ctx context.Context, env *cliEnv, client *queue.Client, ids []int64, retry bool) error {
 	var missed, held []string
 	done := 0
 	for _, id := range ids {
@@ -379,13 +412,11 @@ func jobsChange(ctx context.Context, env *cliEnv, args []string, retry bool) err
 		return fmt.Errorf("could not retry job(s) %s: their unique keys are held by other jobs (see above); %d other(s) done",
 			strings.Join(held, ", "), done)
 	}
-	if len(held) > 0 {
-		missed = append(missed, held...)
-	}
+	missed = append(missed, held...)
 	if len(missed) > 0 {
-		want := "pending"
+		verb, want := "cancel", "pending"
 		if retry {
-			want = "failed"
+			verb, want = "retry", "failed"
 		}
 		return fmt.Errorf("could not %s job(s) %s: no such job, or not %s (see `pgwake jobs show ID`); %d other(s) done",
 			verb, strings.Join(missed, ", "), want, done)

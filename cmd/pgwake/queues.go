@@ -21,11 +21,11 @@ func init() {
 list    queues that are paused or have pending jobs, with their pause
         state.
 pause   stops every worker on the schema from claiming the queue's jobs
-        (running workers obey within about 100 ms, by a notification on the
-        wake channel; at most their --poll-interval if it is lost). Jobs
+        (running workers obey when a notification on the wake channel
+        reaches them; at their --poll-interval if it is lost). Jobs
         already running finish; enqueues still go in. The pause is stored in
         the database: workers started later obey it too.
-resume  ends the pause; workers claim at once.
+resume  ends the pause; workers claim when its notification arrives.
 
 Example:
   pgwake queues pause email && pgwake queues list`,
