@@ -44,6 +44,9 @@ type queueLoop struct {
 	rewind atomic.Bool
 
 	handlers sync.WaitGroup
+	// completing counts leased jobs whose handler succeeded and whose
+	// grouped completion is not written yet (leased.go).
+	completing atomic.Int64
 
 	pause pauseState // pause.go
 }
@@ -96,6 +99,9 @@ type loopState struct {
 	rate       rateWindow      // jobs found per window: is a stream running?
 	lingerTill time.Time       // marked busy by a stream of jobs: look on our own until then
 	claimed    int             // jobs claimed, counted only with test signals on
+	// leasedFirst: the last batch was leased (or none yet, with leased
+	// kinds): the next claim tries claimLeased, with no transaction, first.
+	leasedFirst bool
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -103,7 +109,8 @@ type loopState struct {
 // sleep until a wake-up, the earliest known delayed job, or the poll
 // interval.
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
-	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown}
+	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown,
+		leasedFirst: len(l.c.cfg.LeasedKinds) > 0}
 	for {
 		select {
 		case <-ctx.Done():
@@ -220,8 +227,11 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		// taken for this claim).
 		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
 	}
-	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after)
+	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst)
 	s.cursor = nil
+	if b != nil && leasedN > 0 {
+		s.leasedFirst = b.leased
+	}
 	if b != nil && n > 1 && len(b.jobs) >= n {
 		// Only a full batch of a backlog says that more jobs follow it: after
 		// a partial one, a claim from the cursor would find nothing and
