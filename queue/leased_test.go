@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -265,4 +266,53 @@ func TestStalledLeasedWorkerCannotCompleteARescuedJob(t *testing.T) {
 	require.Equal(t, 1, e.effectCounts()[r.ID], "only the rescuer's completion committed its writes")
 	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
 	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// A leased job's slot frees when its handler returns: the next job starts
+// while the first one's grouped completion is still being recorded (held
+// here in the Complete hook's done function, which runs after the write).
+// With one worker, a slot held until the completion was written would
+// start the second job only after the first's done function returned.
+func TestLeasedSlotFreesBeforeTheCompletionIsRecorded(t *testing.T) {
+	t.Parallel()
+	secondStarted := make(chan struct{})
+	var firstID atomic.Int64
+	var overlapped atomic.Bool
+	var states sync.Map // job id -> state the Complete hook saw recorded
+	e := leasedEnv(t, "pgwake_leased_slot", 8, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		LeasedKinds: []string{"quick"},
+		Handlers: map[string]queue.Handler{"quick": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if !firstID.CompareAndSwap(0, j.ID) {
+				close(secondStarted)
+			}
+			return nil
+		})},
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(state queue.JobState, err error) {
+				if j.ID == firstID.Load() {
+					select {
+					case <-secondStarted:
+						overlapped.Store(true)
+					case <-time.After(30 * time.Second): // the test fails below
+					}
+				}
+				states.Store(j.ID, state)
+			}
+		}},
+	})
+	_, err := e.c.EnqueueMany(context.Background(), []queue.NewJob{{Kind: "quick"}, {Kind: "quick"}})
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 30*time.Second, "both completions recorded", func() bool {
+		n := 0
+		states.Range(func(_, _ any) bool { n++; return true })
+		return n == 2
+	})
+	require.True(t, overlapped.Load(), "the second job did not start while the first one's completion was being recorded")
+	states.Range(func(_, v any) bool {
+		require.Equal(t, queue.StateSucceeded, v)
+		return true
+	})
+	require.Equal(t, 2, e.count(`state = 'succeeded' AND attempts = 1`))
 }
