@@ -44,6 +44,8 @@ type queueLoop struct {
 	rewind atomic.Bool
 
 	handlers sync.WaitGroup
+	// freed is signalled when a leased job frees its slot (awaitFreeSlots).
+	freed chan struct{}
 	// completing counts leased jobs whose handler succeeded and whose
 	// grouped completion is not written yet (leased.go).
 	completing atomic.Int64
@@ -57,6 +59,7 @@ func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
 		queue:  queue,
 		slots:  make(chan struct{}, qc.MaxWorkers),
 		signal: make(chan struct{}, 1),
+		freed:  make(chan struct{}, 1),
 		log:    c.log.Named("worker").With(zap.String("queue", queue)),
 	}
 }
@@ -166,16 +169,23 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 // more free slots when fewer than half are free (River's FetchCooldown).
 const leasedFetchCooldown = time.Millisecond
 
-// sleepCtx sleeps d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// awaitFreeSlots waits until half the slots are free (counting the one
+// taken for the claim) or leasedFetchCooldown passed, whichever is first:
+// short handlers free their slots in microseconds, and a fixed cooldown
+// would then cost more than the claim. false when ctx ended first.
+func (l *queueLoop) awaitFreeSlots(ctx context.Context) bool {
+	t := time.NewTimer(leasedFetchCooldown)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+	for cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-l.freed:
+		}
 	}
+	return true
 }
 
 // claimNext claims what the loop should run next: a job whose attempt was
@@ -218,8 +228,8 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		if s.source == sourceBusy && cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
 			// A backlog with most slots busy: slots free one at a time as
 			// leased jobs end, and claiming at once would take one job per
-			// claim (and per transaction). Let a few more free first.
-			if !sleepCtx(ctx, leasedFetchCooldown) {
+			// claim (and per commit). Let a few more free first.
+			if !l.awaitFreeSlots(ctx) {
 				return nil, time.Time{}, ctx.Err()
 			}
 		}

@@ -88,7 +88,7 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 			defer cancel(nil)
 			defer c.leases.Delete(cj.job.ID)
 			var once sync.Once
-			release := func() { once.Do(func() { <-l.slots }) }
+			release := func() { once.Do(l.freeSlot) }
 			defer release()
 			c.runLeased(hardCtx, ctx, l, cj, release)
 		}()
@@ -128,11 +128,31 @@ func (c *Client) startLeased(hardCtx context.Context, b *batch, l *queueLoop) ma
 	return started
 }
 
+// completionGather is how long the first of the grouped completions waits
+// for others to join its write.
+const completionGather = 0 * time.Millisecond
+
+// completionBacklog is how many grouped completions of a loop's jobs may
+// wait for their write with their slots freed (at least as many as the loop
+// has slots): beyond it, a finished job holds its slot until its
+// completion is written, so a slow database slows the claims.
+const completionBacklog = 1000
+
+// freeSlot frees a leased job's slot and tells a dispatcher waiting in
+// awaitFreeSlots.
+func (l *queueLoop) freeSlot() {
+	<-l.slots
+	select {
+	case l.freed <- struct{}{}:
+	default:
+	}
+}
+
 // runLeased runs one started leased job (ctx: its handler's context) and
 // records its outcome. It calls release to free the job's slot as soon as
 // the handler returned when the outcome is a success for the grouped
-// completion (no handler transaction), while fewer completions than the
-// loop has slots wait for theirs: the next job need not wait for this one's
+// completion (no handler transaction), while fewer than completionBacklog
+// completions wait for theirs: the next job need not wait for this one's
 // commit.
 func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, release func()) {
 	j := &cj.job
@@ -153,7 +173,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	c.completing(rctx, &r)
 	var werr error
 	if r.err == nil {
-		if jtx.tx == nil && l.completing.Add(1) <= int64(cap(l.slots)) {
+		if jtx.tx == nil && l.completing.Add(1) <= int64(max(cap(l.slots), completionBacklog)) {
 			release()
 		}
 		werr = c.completeLeased(rctx, l, jtx, &r)
@@ -239,6 +259,14 @@ func (cp *completer) complete(ctx context.Context, c *Client, id int64, attempt 
 		return me.ok, me.err
 	}
 	cp.flushing = true
+	if completionGather > 0 {
+		// Let the completions of the next few milliseconds join this
+		// write: fewer commits, each a WAL flush that claims and
+		// enqueues would queue behind.
+		cp.mu.Unlock()
+		time.Sleep(completionGather)
+		cp.mu.Lock()
+	}
 	for len(cp.pending) > 0 {
 		batch := cp.pending
 		cp.pending = nil
