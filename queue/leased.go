@@ -128,10 +128,6 @@ func (c *Client) startLeased(hardCtx context.Context, b *batch, l *queueLoop) ma
 	return started
 }
 
-// completionGather is how long the first of the grouped completions waits
-// for others to join its write.
-const completionGather = 0 * time.Millisecond
-
 // completionBacklog is how many grouped completions of a loop's jobs may
 // wait for their write with their slots freed (at least as many as the loop
 // has slots): beyond it, a finished job holds its slot until its
@@ -259,14 +255,6 @@ func (cp *completer) complete(ctx context.Context, c *Client, id int64, attempt 
 		return me.ok, me.err
 	}
 	cp.flushing = true
-	if completionGather > 0 {
-		// Let the completions of the next few milliseconds join this
-		// write: fewer commits, each a WAL flush that claims and
-		// enqueues would queue behind.
-		cp.mu.Unlock()
-		time.Sleep(completionGather)
-		cp.mu.Lock()
-	}
 	for len(cp.pending) > 0 {
 		batch := cp.pending
 		cp.pending = nil
