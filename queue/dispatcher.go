@@ -105,6 +105,9 @@ type loopState struct {
 	// leasedFirst: the last batch was leased (or none yet, with leased
 	// kinds): the next claim tries claimLeased, with no transaction, first.
 	leasedFirst bool
+	// tookAll: the last claim started fewer leased jobs than it asked for,
+	// so no other leased job was due.
+	tookAll bool
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -138,6 +141,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		s.errBackoff.Reset()
 		if b != nil {
 			l.start(ctx, hardCtx, s, b)
+			if s.tookAll && s.waiter == waiterIdle && s.lingerTill.IsZero() && l.c.onlyLeased {
+				// The claim took every due job and producers notify us:
+				// a look now would find nothing. Sleep until a wake-up.
+				if !l.waitForWork(ctx, s) {
+					return
+				}
+			}
 			continue
 		}
 		<-l.slots
@@ -239,6 +249,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	}
 	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst)
 	s.cursor = nil
+	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
 	if b != nil && leasedN > 0 {
 		s.leasedFirst = b.leased
 	}
