@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -315,4 +316,77 @@ func TestLeasedSlotFreesBeforeTheCompletionIsRecorded(t *testing.T) {
 		return true
 	})
 	require.Equal(t, 2, e.count(`state = 'succeeded' AND attempts = 1`))
+}
+
+// statementCounter counts the statements sent through a pool whose SQL
+// contains each of its markers.
+type statementCounter struct {
+	markers []string
+	counts  []atomic.Int64
+}
+
+func newStatementCounter(markers ...string) *statementCounter {
+	return &statementCounter{markers: markers, counts: make([]atomic.Int64, len(markers))}
+}
+
+func (sc *statementCounter) count(sql string) {
+	for i, m := range sc.markers {
+		if strings.Contains(sql, m) {
+			sc.counts[i].Add(1)
+		}
+	}
+}
+
+func (sc *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	sc.count(data.SQL)
+	return ctx
+}
+
+func (sc *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (sc *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, q := range data.Batch.QueuedQueries {
+		sc.count(q.SQL)
+	}
+	return ctx
+}
+
+func (sc *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (sc *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// A loop whose kinds are all leased, woken for one job at a time, claims
+// each job with one statement and then sleeps until the next wake-up: no
+// second, empty claim and no look-up of the next delayed job per job.
+func TestLeasedLoopSleepsAfterTakingEveryDueJob(t *testing.T) {
+	t.Parallel()
+	// "AS started" is in the leased claim only; "j.run_after > now()" in
+	// the look-up of the next delayed job only.
+	sc := newStatementCounter("AS started", "j.run_after > now()")
+	e := newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = sc }), queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds:    []string{"quick"},
+		AllowSmallPool: true, // leased handlers hold no connection
+		Handlers: map[string]queue.Handler{"quick": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return nil
+		})},
+	})
+	e.run()
+	enqueueAndWait := func(n int) {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "quick"})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "job succeeded", func() bool { return e.count(`state = 'succeeded'`) == n })
+	}
+	enqueueAndWait(1) // the loop is up and past its first looks
+	claims, nexts := sc.counts[0].Load(), sc.counts[1].Load()
+	const jobs = 20
+	for i := 2; i <= jobs+1; i++ {
+		enqueueAndWait(i)
+	}
+	claims, nexts = sc.counts[0].Load()-claims, sc.counts[1].Load()-nexts
+	t.Logf("%d jobs one at a time: %d leased claims, %d look-ups of the next delayed job", jobs, claims, nexts)
+	// A poll or a recheck may add a look or two; a second claim per job
+	// would add jobs of each.
+	require.LessOrEqual(t, claims, int64(jobs+3))
+	require.LessOrEqual(t, nexts, int64(3))
 }
