@@ -390,3 +390,36 @@ func TestLeasedLoopSleepsAfterTakingEveryDueJob(t *testing.T) {
 	require.LessOrEqual(t, claims, int64(jobs+3))
 	require.LessOrEqual(t, nexts, int64(3))
 }
+
+// A queue with held and leased kinds runs each job once, in its kind's
+// mode, whichever claim finds it: the leased claim that finds a held head
+// starts nothing, the transaction claim that finds a leased head starts it
+// with a second statement. Only leased jobs have a started event.
+func TestMixedQueueRunsEachKindInItsMode(t *testing.T) {
+	t.Parallel()
+	var schema string
+	h := queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error { return effect(ctx, tx, schema, j) })
+	e := newEnv(t, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds: []string{"l"},
+		Handlers:    map[string]queue.Handler{"l": h, "h": h},
+	})
+	schema = e.schema
+	var jobs []queue.NewJob
+	for _, k := range []string{"h", "l", "l", "h", "l", "h", "h", "l"} {
+		jobs = append(jobs, queue.NewJob{Kind: k})
+	}
+	_, err := e.c.EnqueueMany(context.Background(), jobs)
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 30*time.Second, "all succeeded", func() bool { return e.count(`state = 'succeeded'`) == len(jobs) })
+	require.Equal(t, len(jobs), e.count(`attempts = 1 AND (SELECT count(*) FROM `+e.table("effects")+` f WHERE f.job_id = id) = 1`))
+	started := func(kind string) int {
+		var n int
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table("events")+`
+			WHERE type = 'started' AND kind = $1`, kind).Scan(&n))
+		return n
+	}
+	require.Equal(t, 4, started("l"))
+	require.Equal(t, 0, started("h"))
+}
