@@ -22,6 +22,9 @@ type batch struct {
 	lost *lostAttempt
 	// leased: the jobs are of leased kinds (a batch is all leased or none).
 	leased bool
+	// started: the claim already started the leased jobs and committed
+	// (claimLeased): no connection, no transaction.
+	started bool
 
 	mu      sync.Mutex
 	next    int            // jobs[:next] were started or skipped
@@ -189,30 +192,17 @@ const headEvery = 16
 // into b.jobs.
 func scanClaimed(b *batch, rows pgx.Rows, lost bool) error {
 	for rows.Next() {
-		var cj claimedJob
-		j := &cj.job
-		var prio int16
-		var attempts, maxAttempts int32
-		var waitSec float64
-		var meta *string
-		dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
-			&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec, &meta}
 		var la lostAttempt
 		var laAttempt int32
 		var laIsolation int16
+		var extra []any
 		if lost {
-			dest = append(dest, &laAttempt, &laIsolation, &la.clientID)
+			extra = []any{&laAttempt, &laIsolation, &la.clientID}
 		}
-		if err := rows.Scan(dest...); err != nil {
+		cj, err := scanClaimedJob(rows, extra...)
+		if err != nil {
 			return err
 		}
-		j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
-		if meta != nil {
-			// Not a JSON object of strings (written by hand through the
-			// SQL API): the job runs without it.
-			_ = json.Unmarshal([]byte(*meta), &j.Metadata)
-		}
-		cj.wait = time.Duration(waitSec * float64(time.Second))
 		b.jobs = append(b.jobs, cj)
 		if lost {
 			la.attempt, la.isolation = int(laAttempt), int(laIsolation)
@@ -220,6 +210,29 @@ func scanClaimed(b *batch, rows pgx.Rows, lost bool) error {
 		}
 	}
 	return rows.Err()
+}
+
+// scanClaimedJob reads one row of claimCols, then the columns extra.
+func scanClaimedJob(rows pgx.Rows, extra ...any) (claimedJob, error) {
+	var cj claimedJob
+	j := &cj.job
+	var prio int16
+	var attempts, maxAttempts int32
+	var waitSec float64
+	var meta *string
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
+		&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec, &meta}
+	if err := rows.Scan(append(dest, extra...)...); err != nil {
+		return cj, err
+	}
+	j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
+	if meta != nil {
+		// Not a JSON object of strings (written by hand through the
+		// SQL API): the job runs without it.
+		_ = json.Unmarshal([]byte(*meta), &j.Metadata)
+	}
+	cj.wait = time.Duration(waitSec * float64(time.Second))
+	return cj, nil
 }
 
 // beginClaim acquires a connection and queues BEGIN (and the idle-timeout
@@ -249,11 +262,25 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 }
 
 // claim begins a transaction and locks up to n due held-mode jobs of queue
-// or up to leasedN leased ones, in one round trip; with a cursor, the scan starts after it (and falls back to the
-// head if nothing is there). With no job due it returns nil and the time of
-// the queue's earliest delayed job (zero if none).
-func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor) (*batch, time.Time, error) {
+// or up to leasedN leased ones, in one round trip; with a cursor, the scan
+// starts after it (and falls back to the head if nothing is there). With
+// leasedFirst it first tries claimLeased, which needs no transaction, and
+// claims in one only when the head job is of a held kind. With no job due
+// it returns nil and the time of the queue's earliest delayed job (zero if
+// none).
+func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst bool) (*batch, time.Time, error) {
 	began := time.Now()
+	if leasedFirst && leasedN > 0 {
+		b, held, err := c.claimLeased(ctx, queue, leasedN, after, began)
+		switch {
+		case err != nil || b != nil:
+			return b, time.Time{}, err
+		case !held:
+			next, err := c.nextDue(ctx, c.pool, queue, false)
+			return nil, next, err
+		}
+		// The head is of a held kind: claim it in a transaction.
+	}
 	b, pb, err := c.beginClaim(ctx)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -303,22 +330,86 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	}
 	// Nothing due: end the transaction and ask for the earliest delayed job
 	// in one more round trip.
+	next, err := c.nextDue(ctx, b.conn.Conn(), queue, true)
+	b.release()
+	return nil, next, err
+}
+
+// nextDue returns the time of queue's earliest delayed job (zero if none),
+// asked on q; with rollback, q's open transaction ends in the same round
+// trip.
+func (c *Client) nextDue(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, queue string, rollback bool) (time.Time, error) {
 	var ms *float64
 	nb := &pgx.Batch{}
 	nb.Queue(c.sql.next, queue).QueryRow(func(row pgx.Row) error { return row.Scan(&ms) })
-	nb.Queue("ROLLBACK")
-	err = b.conn.Conn().SendBatch(ctx, nb).Close()
-	b.release()
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("find next delayed job: %w", err)
+	if rollback {
+		nb.Queue("ROLLBACK")
+	}
+	if err := q.SendBatch(ctx, nb).Close(); err != nil {
+		return time.Time{}, fmt.Errorf("find next delayed job: %w", err)
 	}
 	if ms == nil {
-		return nil, time.Time{}, nil
+		return time.Time{}, nil
 	}
 	// Far-future jobs (up to year 9999 is allowed) overflow a Duration:
 	// clamp, the poll interval bounds the sleep anyway.
 	d := min(*ms, float64(maxHintDelay/time.Millisecond))
-	return nil, time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
+	return time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
+}
+
+// claimLeased claims and starts up to n due leased jobs of queue in one
+// statement with no transaction around it (claimLeased in store.go): one
+// round trip and one commit. held reports that the head job is of a held
+// kind: nothing was claimed. With a cursor, the scan starts after it and
+// falls back to the head if nothing is there.
+func (c *Client) claimLeased(ctx context.Context, queue string, n int, after *claimCursor, began time.Time) (b *batch, held bool, err error) {
+	lease := float64(c.cfg.LeaseDuration.Microseconds())
+	b = &batch{leased: true, started: true}
+	for {
+		var rows pgx.Rows
+		if after == nil {
+			rows, err = c.pool.Query(ctx, c.sql.claimLeased, queue, lease, c.id, c.leasedKinds, n)
+		} else {
+			rows, err = c.pool.Query(ctx, c.sql.claimLeasedAfter, queue, lease, c.id, c.leasedKinds, n,
+				after.priority, after.runAfter, after.id)
+		}
+		if err == nil {
+			held, err = scanLeasedClaim(b, rows)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("claim: %w", err)
+		}
+		if held || len(b.jobs) > 0 || after == nil {
+			break
+		}
+		after = nil // nothing after the cursor: look from the head
+	}
+	if held || len(b.jobs) == 0 {
+		return nil, held, nil
+	}
+	c.hookClaimed(ctx, b, began)
+	return b, false, nil
+}
+
+// scanLeasedClaim reads claimLeased's rows into b.jobs; held reports the
+// row of a held head, which is not b's.
+func scanLeasedClaim(b *batch, rows pgx.Rows) (held bool, err error) {
+	defer rows.Close()
+	for rows.Next() {
+		var started bool
+		cj, err := scanClaimedJob(rows, &started)
+		if err != nil {
+			return false, err
+		}
+		if !started {
+			held = true
+			continue
+		}
+		b.jobs = append(b.jobs, cj)
+	}
+	return held, rows.Err()
 }
 
 // claimRecovered locks one pending job of queue whose attempt began and

@@ -30,6 +30,9 @@ type Client struct {
 	loops  map[string]*queueLoop
 	kinds  kindStats
 	leased map[string]bool // Config.LeasedKinds
+	// onlyLeased: every handler's kind is leased (any other due job is of
+	// a kind this client cannot run).
+	onlyLeased bool
 	// leasedKinds is Config.LeasedKinds, never nil (a nil slice is a NULL
 	// array in SQL, and "<> ALL(NULL)" is never true).
 	leasedKinds []string
@@ -114,6 +117,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c.leasedKinds = append([]string{}, cfg.LeasedKinds...)
 	for _, k := range cfg.LeasedKinds {
 		c.leased[k] = true
+	}
+	c.onlyLeased = len(cfg.Handlers) > 0
+	for k := range cfg.Handlers {
+		c.onlyLeased = c.onlyLeased && c.leased[k]
 	}
 	m, err := newMetrics(cfg.Registerer, c)
 	if err != nil {

@@ -44,6 +44,11 @@ type queueLoop struct {
 	rewind atomic.Bool
 
 	handlers sync.WaitGroup
+	// freed is signalled when a leased job frees its slot (awaitFreeSlots).
+	freed chan struct{}
+	// completing counts leased jobs whose handler succeeded and whose
+	// grouped completion is not written yet (leased.go).
+	completing atomic.Int64
 
 	pause pauseState // pause.go
 }
@@ -54,6 +59,7 @@ func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
 		queue:  queue,
 		slots:  make(chan struct{}, qc.MaxWorkers),
 		signal: make(chan struct{}, 1),
+		freed:  make(chan struct{}, 1),
 		log:    c.log.Named("worker").With(zap.String("queue", queue)),
 	}
 }
@@ -96,6 +102,12 @@ type loopState struct {
 	rate       rateWindow      // jobs found per window: is a stream running?
 	lingerTill time.Time       // marked busy by a stream of jobs: look on our own until then
 	claimed    int             // jobs claimed, counted only with test signals on
+	// leasedFirst: the last batch was leased (or none yet, with leased
+	// kinds): the next claim tries claimLeased, with no transaction, first.
+	leasedFirst bool
+	// tookAll: the last claim started fewer leased jobs than it asked for,
+	// so no other leased job was due.
+	tookAll bool
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -103,7 +115,8 @@ type loopState struct {
 // sleep until a wake-up, the earliest known delayed job, or the poll
 // interval.
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
-	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown}
+	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown,
+		leasedFirst: len(l.c.cfg.LeasedKinds) > 0}
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,6 +141,13 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		s.errBackoff.Reset()
 		if b != nil {
 			l.start(ctx, hardCtx, s, b)
+			if s.tookAll && s.waiter == waiterIdle && s.lingerTill.IsZero() && l.c.onlyLeased {
+				// The claim took every due job and producers notify us:
+				// a look now would find nothing. Sleep until a wake-up.
+				if !l.waitForWork(ctx, s) {
+					return
+				}
+			}
 			continue
 		}
 		<-l.slots
@@ -159,16 +179,23 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 // more free slots when fewer than half are free (River's FetchCooldown).
 const leasedFetchCooldown = time.Millisecond
 
-// sleepCtx sleeps d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// awaitFreeSlots waits until half the slots are free (counting the one
+// taken for the claim) or leasedFetchCooldown passed, whichever is first:
+// short handlers free their slots in microseconds, and a fixed cooldown
+// would then cost more than the claim. false when ctx ended first.
+func (l *queueLoop) awaitFreeSlots(ctx context.Context) bool {
+	t := time.NewTimer(leasedFetchCooldown)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+	for cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-l.freed:
+		}
 	}
+	return true
 }
 
 // claimNext claims what the loop should run next: a job whose attempt was
@@ -211,8 +238,8 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		if s.source == sourceBusy && cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
 			// A backlog with most slots busy: slots free one at a time as
 			// leased jobs end, and claiming at once would take one job per
-			// claim (and per transaction). Let a few more free first.
-			if !sleepCtx(ctx, leasedFetchCooldown) {
+			// claim (and per commit). Let a few more free first.
+			if !l.awaitFreeSlots(ctx) {
 				return nil, time.Time{}, ctx.Err()
 			}
 		}
@@ -220,8 +247,12 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		// taken for this claim).
 		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
 	}
-	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after)
+	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst)
 	s.cursor = nil
+	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
+	if b != nil && leasedN > 0 {
+		s.leasedFirst = b.leased
+	}
 	if b != nil && n > 1 && len(b.jobs) >= n {
 		// Only a full batch of a backlog says that more jobs follow it: after
 		// a partial one, a claim from the cursor would find nothing and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -72,6 +73,7 @@ func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 	s := newStatements(schema)
 	const head = `'q', 32, '{}'::text[], '{slow}'::text[], 8`
 	const cursor = `0::smallint, '-infinity'::timestamptz, 0::bigint`
+	const leased = `'q', 1000, 'w', '{k}'::text[], 8`
 	cases := []struct {
 		name, sql, args string
 		rows            int64
@@ -81,6 +83,8 @@ func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 		{"claimOne", s.claimOne, `'q'`, 0},
 		{"claimPlain", s.claimPlain, `'q', 32`, 0},
 		{"claimPlainAfter", s.claimPlainAfter, `'q', 32, ` + cursor, 0},
+		{"claimLeased", s.claimLeased, leased, 0},
+		{"claimLeasedAfter", s.claimLeasedAfter, leased + ", " + cursor, 0},
 		{"next", s.next, `'q'`, 1},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -172,6 +176,56 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 	defer rollback(tx)
 	require.Equal(t, []int64{3}, ids(tx, s.claimAfter, "q", 8, []string{"alone"}, []string{}, 8, int16(0), runAfter4, int64(4)))
 	rollback(tx)
+}
+
+// The leased claim is one statement: when the head job is leased it starts
+// it and the next leased jobs in claim order (running, attempt counted, a
+// lease, a started event each), skipping held ones; when the head is held
+// it starts nothing and says so.
+func TestClaimLeasedStartsInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema, jobs := flatSchema(t, pool)
+	// Due jobs 1-5, older first, at priorities 1, 0, 1, 0, 1: claim order
+	// 2, 4, 1, 3, 5. Job 4 is of a held kind.
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (id, queue, kind, priority, run_after, attempts)
+		SELECT i, 'q', CASE WHEN i = 4 THEN 'held' ELSE 'lease' END, (ARRAY[1, 0, 1, 0, 1])[i],
+			now() - interval '1 minute' + i * interval '1 second', CASE WHEN i = 1 THEN 2 ELSE 0 END
+		FROM generate_series(1, 5) i`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	claim := func(n int) (ids []int64, attempts []int32, started []bool) {
+		t.Helper()
+		rows, err := pool.Query(ctx, s.claimLeased, "q", float64(time.Minute.Microseconds()), "w", []string{"lease"}, n)
+		require.NoError(t, err)
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			ids = append(ids, vals[0].(int64))
+			attempts = append(attempts, vals[5].(int32))
+			started = append(started, vals[len(vals)-1].(bool))
+		}
+		require.NoError(t, rows.Err())
+		return ids, attempts, started
+	}
+	ids, attempts, started := claim(2)
+	require.Equal(t, []int64{2, 1}, ids, "the head, then the next leased job past the held one")
+	require.Equal(t, []int32{0, 2}, attempts, "attempts as before the claim")
+	require.Equal(t, []bool{true, true}, started)
+	var running, leasedBy, events int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running' AND lease_expires_at > now()),
+		count(*) FILTER (WHERE leased_by = 'w'), (SELECT count(*) FROM `+sqlident.Quote(schema, "events")+`
+			WHERE type = 'started' AND (job_id, attempt) IN ((2, 1), (1, 3)))
+		FROM `+jobs+` WHERE id IN (1, 2) AND attempts = CASE id WHEN 1 THEN 3 ELSE 1 END`).Scan(&running, &leasedBy, &events))
+	require.Equal(t, []int{2, 2, 2}, []int{running, leasedBy, events})
+
+	ids, _, started = claim(8)
+	require.Equal(t, []int64{4}, ids, "the held head")
+	require.Equal(t, []bool{false}, started)
+	var pending int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs+` WHERE state = 'pending' AND attempts = 0 AND id IN (3, 4, 5)`).Scan(&pending))
+	require.Equal(t, 3, pending, "a held head starts nothing")
 }
 
 // Retention makes progress under a 50 ms statement_timeout with 200,000

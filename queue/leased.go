@@ -67,14 +67,48 @@ func (c *Client) onCancelNotify(payload string) {
 	}
 }
 
-// executeLeased starts a claimed leased batch (one round trip: mark running,
-// commit) and runs each job on its own goroutine and slot.
+// executeLeased starts a claimed leased batch (unless its claim started it:
+// one round trip, mark running and commit) and runs each job on its own
+// goroutine and slot.
 func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) {
+	started := c.startLeased(hardCtx, b, l)
+	for i := range b.jobs {
+		cj := &b.jobs[i]
+		if !started[cj.job.ID] {
+			<-l.slots // not started (cancelled meanwhile, or the start failed)
+			continue
+		}
+		// Known before the handler starts: a cancel that arrives from now
+		// on reaches it.
+		ctx, cancel := context.WithCancelCause(hardCtx)
+		c.leases.Store(cj.job.ID, &leasedRun{attempt: cj.job.Attempt, cancel: cancel})
+		l.handlers.Add(1)
+		go func() {
+			defer l.handlers.Done()
+			defer cancel(nil)
+			defer c.leases.Delete(cj.job.ID)
+			var once sync.Once
+			release := func() { once.Do(l.freeSlot) }
+			defer release()
+			c.runLeased(hardCtx, ctx, l, cj, release)
+		}()
+	}
+}
+
+// startLeased marks the jobs of b running and commits, unless its claim
+// did (b.started), and returns the ids started.
+func (c *Client) startLeased(hardCtx context.Context, b *batch, l *queueLoop) map[int64]bool {
+	started := make(map[int64]bool, len(b.jobs))
+	if b.started {
+		for _, cj := range b.jobs {
+			started[cj.job.ID] = true
+		}
+		return started
+	}
 	ids := make([]int64, len(b.jobs))
 	for i, cj := range b.jobs {
 		ids[i] = cj.job.ID
 	}
-	started := map[int64]bool{}
 	rctx, cancel := recordContext(hardCtx)
 	pb := &pgx.Batch{}
 	pb.Queue(c.sql.startLeased, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id).Query(func(rows pgx.Rows) error {
@@ -88,32 +122,37 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 	c.untrack(b)
 	if err != nil {
 		l.log.Warn("could not start leased jobs; they stay pending", zap.Error(err), zap.Int("jobs", len(b.jobs)))
-		started = nil
 		l.wake(sourceReleased, 0)
+		return nil
 	}
-	for i := range b.jobs {
-		cj := &b.jobs[i]
-		if !started[cj.job.ID] {
-			<-l.slots // not started (cancelled meanwhile, or the start failed)
-			continue
-		}
-		l.handlers.Add(1)
-		go func() {
-			defer l.handlers.Done()
-			defer func() { <-l.slots }()
-			c.runLeased(hardCtx, l, cj)
-		}()
+	return started
+}
+
+// completionBacklog is how many grouped completions of a loop's jobs may
+// wait for their write with their slots freed (at least as many as the loop
+// has slots): beyond it, a finished job holds its slot until its
+// completion is written, so a slow database slows the claims.
+const completionBacklog = 1000
+
+// freeSlot frees a leased job's slot and tells a dispatcher waiting in
+// awaitFreeSlots.
+func (l *queueLoop) freeSlot() {
+	<-l.slots
+	select {
+	case l.freed <- struct{}{}:
+	default:
 	}
 }
 
-// runLeased runs one started leased job and records its outcome.
-func (c *Client) runLeased(hardCtx context.Context, l *queueLoop, cj *claimedJob) {
+// runLeased runs one started leased job (ctx: its handler's context) and
+// records its outcome. It calls release to free the job's slot as soon as
+// the handler returned when the outcome is a success for the grouped
+// completion (no handler transaction), while fewer than completionBacklog
+// completions wait for theirs: the next job need not wait for this one's
+// commit.
+func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, release func()) {
 	j := &cj.job
 	c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
-	ctx, cancel := context.WithCancelCause(hardCtx)
-	defer cancel(nil)
-	c.leases.Store(j.ID, &leasedRun{attempt: j.Attempt, cancel: cancel})
-	defer c.leases.Delete(j.ID)
 	jtx := &jobTx{begin: func(ctx context.Context) (pgx.Tx, error) { return c.pool.Begin(ctx) }}
 	t0 := time.Now()
 	herr := c.runHandler(ctx, jtx, j)
@@ -130,7 +169,13 @@ func (c *Client) runLeased(hardCtx context.Context, l *queueLoop, cj *claimedJob
 	c.completing(rctx, &r)
 	var werr error
 	if r.err == nil {
+		if jtx.tx == nil && l.completing.Add(1) <= int64(max(cap(l.slots), completionBacklog)) {
+			release()
+		}
 		werr = c.completeLeased(rctx, l, jtx, &r)
+		if jtx.tx == nil {
+			l.completing.Add(-1)
+		}
 	} else {
 		if jtx.tx != nil {
 			rollback(jtx.tx)

@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -265,4 +267,159 @@ func TestStalledLeasedWorkerCannotCompleteARescuedJob(t *testing.T) {
 	require.Equal(t, 1, e.effectCounts()[r.ID], "only the rescuer's completion committed its writes")
 	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventRetryScheduled, queue.EventStarted, queue.EventSucceeded}, e.eventTypes(r.ID))
 	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// A leased job's slot frees when its handler returns: the next job starts
+// while the first one's grouped completion is still being recorded (held
+// here in the Complete hook's done function, which runs after the write).
+// With one worker, a slot held until the completion was written would
+// start the second job only after the first's done function returned.
+func TestLeasedSlotFreesBeforeTheCompletionIsRecorded(t *testing.T) {
+	t.Parallel()
+	secondStarted := make(chan struct{})
+	var firstID atomic.Int64
+	var overlapped atomic.Bool
+	var states sync.Map // job id -> state the Complete hook saw recorded
+	e := leasedEnv(t, "pgwake_leased_slot", 8, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		LeasedKinds: []string{"quick"},
+		Handlers: map[string]queue.Handler{"quick": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if !firstID.CompareAndSwap(0, j.ID) {
+				close(secondStarted)
+			}
+			return nil
+		})},
+		Hooks: queue.Hooks{Complete: func(ctx context.Context, j *queue.Job) func(queue.JobState, error) {
+			return func(state queue.JobState, err error) {
+				if j.ID == firstID.Load() {
+					select {
+					case <-secondStarted:
+						overlapped.Store(true)
+					case <-time.After(30 * time.Second): // the test fails below
+					}
+				}
+				states.Store(j.ID, state)
+			}
+		}},
+	})
+	_, err := e.c.EnqueueMany(context.Background(), []queue.NewJob{{Kind: "quick"}, {Kind: "quick"}})
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 30*time.Second, "both completions recorded", func() bool {
+		n := 0
+		states.Range(func(_, _ any) bool { n++; return true })
+		return n == 2
+	})
+	require.True(t, overlapped.Load(), "the second job did not start while the first one's completion was being recorded")
+	states.Range(func(_, v any) bool {
+		require.Equal(t, queue.StateSucceeded, v)
+		return true
+	})
+	require.Equal(t, 2, e.count(`state = 'succeeded' AND attempts = 1`))
+}
+
+// statementCounter counts the statements sent through a pool whose SQL
+// contains each of its markers.
+type statementCounter struct {
+	markers []string
+	counts  []atomic.Int64
+}
+
+func newStatementCounter(markers ...string) *statementCounter {
+	return &statementCounter{markers: markers, counts: make([]atomic.Int64, len(markers))}
+}
+
+func (sc *statementCounter) count(sql string) {
+	for i, m := range sc.markers {
+		if strings.Contains(sql, m) {
+			sc.counts[i].Add(1)
+		}
+	}
+}
+
+func (sc *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	sc.count(data.SQL)
+	return ctx
+}
+
+func (sc *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (sc *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, q := range data.Batch.QueuedQueries {
+		sc.count(q.SQL)
+	}
+	return ctx
+}
+
+func (sc *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (sc *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// A loop whose kinds are all leased, woken for one job at a time, claims
+// each job with one statement and then sleeps until the next wake-up: no
+// second, empty claim and no look-up of the next delayed job per job.
+func TestLeasedLoopSleepsAfterTakingEveryDueJob(t *testing.T) {
+	t.Parallel()
+	// "AS started" is in the leased claim only; "j.run_after > now()" in
+	// the look-up of the next delayed job only.
+	sc := newStatementCounter("AS started", "j.run_after > now()")
+	e := newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = sc }), queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds:    []string{"quick"},
+		AllowSmallPool: true, // leased handlers hold no connection
+		Handlers: map[string]queue.Handler{"quick": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return nil
+		})},
+	})
+	e.run()
+	enqueueAndWait := func(n int) {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "quick"})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "job succeeded", func() bool { return e.count(`state = 'succeeded'`) == n })
+	}
+	enqueueAndWait(1) // the loop is up and past its first looks
+	claims, nexts := sc.counts[0].Load(), sc.counts[1].Load()
+	const jobs = 20
+	for i := 2; i <= jobs+1; i++ {
+		enqueueAndWait(i)
+	}
+	claims, nexts = sc.counts[0].Load()-claims, sc.counts[1].Load()-nexts
+	t.Logf("%d jobs one at a time: %d leased claims, %d look-ups of the next delayed job", jobs, claims, nexts)
+	// A poll or a recheck may add a look or two; a second claim per job
+	// would add jobs of each.
+	require.LessOrEqual(t, claims, int64(jobs+3))
+	require.LessOrEqual(t, nexts, int64(3))
+}
+
+// A queue with held and leased kinds runs each job once, in its kind's
+// mode, whichever claim finds it: the leased claim that finds a held head
+// starts nothing, the transaction claim that finds a leased head starts it
+// with a second statement. Only leased jobs have a started event.
+func TestMixedQueueRunsEachKindInItsMode(t *testing.T) {
+	t.Parallel()
+	var schema string
+	h := queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error { return effect(ctx, tx, schema, j) })
+	e := newEnv(t, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds: []string{"l"},
+		Handlers:    map[string]queue.Handler{"l": h, "h": h},
+	})
+	schema = e.schema
+	var jobs []queue.NewJob
+	for _, k := range []string{"h", "l", "l", "h", "l", "h", "h", "l"} {
+		jobs = append(jobs, queue.NewJob{Kind: k})
+	}
+	_, err := e.c.EnqueueMany(context.Background(), jobs)
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 30*time.Second, "all succeeded", func() bool { return e.count(`state = 'succeeded'`) == len(jobs) })
+	require.Equal(t, len(jobs), e.count(`attempts = 1 AND (SELECT count(*) FROM `+e.table("effects")+` f WHERE f.job_id = id) = 1`))
+	started := func(kind string) int {
+		var n int
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table("events")+`
+			WHERE type = 'started' AND kind = $1`, kind).Scan(&n))
+		return n
+	}
+	require.Equal(t, 4, started("l"))
+	require.Equal(t, 0, started("h"))
 }

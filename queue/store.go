@@ -63,6 +63,17 @@ type statements struct {
 	jobState string
 	// notify sends payload $2 on channel $1.
 	notify string
+	// claimLeased claims and starts, in one statement (no transaction of
+	// its own: autocommit), the head due job of queue $1 and up to $5 - 1
+	// more leased ones when the head's kind is leased ($4: leased kinds):
+	// running, attempt counted, a lease of $2 µs owned by client $3, a
+	// started event each. Rows: claimCols (attempts as before the claim)
+	// and true; or, when the head is of a held kind, that job's claimCols
+	// and false, and nothing was claimed (claim it in a transaction).
+	claimLeased string
+	// claimLeasedAfter is claimLeased starting after ($6 priority, $7
+	// run_after, $8 id).
+	claimLeasedAfter string
 	// startLeased marks leased jobs $1 running with a lease of $2 µs owned
 	// by client $3, attempt counted. Rows: the ids it started.
 	startLeased string
@@ -116,9 +127,15 @@ type statements struct {
 func stateIs(col, state string) string { return "(" + col + " = '" + state + "') IS TRUE" }
 
 // claimCols are the columns every claim returns, in claimedJob's scan order.
-const claimCols = `j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.run_after, j.created_at,
+var claimCols = claimColsAt("j.attempts")
+
+// claimColsAt is claimCols with attempts, the attempts before the claim,
+// read from the expression attempts.
+func claimColsAt(attempts string) string {
+	return `j.id, j.queue, j.kind, j.payload, j.priority, ` + attempts + ` AS attempts, j.max_attempts, j.run_after, j.created_at,
 	coalesce(j.unique_key, ''), coalesce(j.last_error, ''),
 	extract(epoch FROM clock_timestamp() - greatest(j.run_after, j.created_at))::float8, j.metadata::text`
+}
 
 // tables are the quoted names statements are built with.
 type tables struct {
@@ -234,6 +251,9 @@ WITH j AS (
 // leasedStatements: jobs and events: leased mode.
 func (s *statements) leasedStatements(t tables) {
 	jobs, events := t.jobs, t.events
+	s.claimLeased = claimLeasedSQL(t, "", "")
+	s.claimLeasedAfter = claimLeasedSQL(t, "AND j.priority >= $6::smallint",
+		"AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
 	s.startLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET state = 'running', attempts = attempts + 1, leased_by = $3::text,
@@ -384,6 +404,37 @@ WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
 WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
 ORDER BY j.priority, j.run_after, j.id`
+}
+
+// claimLeasedSQL is claimLeased, after the cursor condition after (from:
+// its bound on the priority walk). The head is found as claimBatchSQL finds
+// it; only when it is leased are it and up to $5 - 1 more leased jobs
+// marked running, in the same statement, so a leased claim is one round
+// trip and one commit. A held head is returned unlocked (the statement
+// commits): its batch needs the claim transaction.
+func claimLeasedSQL(t tables, from, after string) string {
+	jobs := t.jobs
+	return `
+WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
+	` + claimWalkSQL(jobs, t.attempts, `j.id, j.kind = ANY($4::text[]) AS leased`, "", after, "1") + `
+), rest AS (
+	SELECT r.id FROM head h, LATERAL (
+	` + claimWalkSQL(jobs, t.attempts, `j.id`, `
+		  AND h.leased AND j.id <> h.id AND j.kind = ANY($4::text[])`,
+		after, `(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
+), s AS (
+	UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
+		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	WHERE j.id = ANY(ARRAY(SELECT id FROM head WHERE leased UNION ALL SELECT id FROM rest)) AND ` + stateIs("j.state", "pending") + `
+	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started
+), ev AS (
+	INSERT INTO ` + t.events + ` (job_id, type, queue, kind, attempt)
+	SELECT id, 'started', queue, kind, attempts + 1 FROM s ORDER BY id
+)
+SELECT * FROM s
+UNION ALL
+SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM head WHERE NOT leased)
+ORDER BY priority, run_after, id`
 }
 
 // deleteFinishedSQL deletes up to $3 jobs of state $1 that finished more
