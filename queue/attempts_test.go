@@ -198,6 +198,15 @@ func TestTerminatedBackendCountsTheAttempt(t *testing.T) {
 	require.NoError(t, err)
 	e.run()
 	pid := <-pids
+	// The attempt record is sent before the handler starts and commits
+	// while it runs; a backend killed before that commit leaves no record
+	// (the window docs/semantics.md names). This test is about a handler
+	// killed mid-run: wait for the record first.
+	waitFor(t, 30*time.Second, "the attempt record", func() bool {
+		var n int
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table("attempts")+` WHERE job_id = $1`, r.ID).Scan(&n))
+		return n == 1
+	})
 	_, err = e.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1, 10000)`, pid) // waits until it is gone
 	require.NoError(t, err)
 	close(release)
