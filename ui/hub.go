@@ -119,6 +119,9 @@ func (h *hub) poke() {
 
 // run registers the watcher, listens and tails until ctx is done.
 func (h *hub) run(ctx context.Context) error {
+	// Every way out ends the streams, including a cancel while the feed
+	// starts (a stream opened then hung for ever: TestRunStopsCleanly in CI).
+	defer h.closeAll()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "ui-" + hex.EncodeToString(b[:])
@@ -164,7 +167,6 @@ func (h *hub) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			h.closeAll()
 			return nil
 		case <-heartbeat.C:
 			if err := h.client.WatchEvents(ctx, id); err != nil && ctx.Err() == nil {
