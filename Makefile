@@ -14,9 +14,13 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/pgwake
 
+# The second run: Watermill's reconnect test (the cluster restarted under a
+# subscriber), whose own harness has a data race, so it runs without -race
+# (events/pubsub/conformance_test.go).
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 10m -run 'TestWatermillConformance$$/TestReconnect' ./events/pubsub/
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

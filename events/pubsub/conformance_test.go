@@ -84,7 +84,16 @@ func TestWatermillConformance(t *testing.T) {
 		// 5,000-10,000 per test); the reconnect test always uses 10,000.
 		ForceShort: true,
 	}
-	if cl := pgtest.Cluster(); cl != nil {
+	if cl := pgtest.Cluster(); cl != nil && raceBuild {
+		// Watermill's TestReconnect (pubsub/tests/test_pubsub.go, v1.5.1)
+		// appends each published message to a slice in a goroutine of its
+		// own and reads that slice, unsynchronised, once every message has
+		// arrived: when delivery beats that goroutine to the last append,
+		// the race detector fails the test (it did in a .ci/run once
+		// delivery got faster). Without a restart command the suite skips
+		// TestReconnect; `make test` runs it again without -race.
+		t.Log("TestReconnect runs without -race only (a data race in Watermill's own test harness)")
+	} else if cl != nil {
 		// The suite runs this command (in a goroutine) to restart the
 		// broker; it asks this process to restart the cluster it owns.
 		features.RestartServiceCommand = []string{"kill", "-USR1", strconv.Itoa(os.Getpid())}
