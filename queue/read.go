@@ -244,15 +244,7 @@ func collectEvents(rows pgx.Rows) ([]EventInfo, error) {
 // JobEvents returns job id's event history, oldest first (empty: no such
 // job, or its events were pruned).
 func (c *Client) JobEvents(ctx context.Context, id int64) ([]EventInfo, error) {
-	rows, err := c.pool.Query(ctx, c.sql.read.jobEvents, id)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events of job %d: %w", id, err)
-	}
-	out, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events of job %d: %w", id, err)
-	}
-	return out, nil
+	return c.queryEvents(ctx, fmt.Sprintf("events of job %d", id), c.sql.read.jobEvents, id)
 }
 
 // EventsAfter returns up to limit (1 to MaxJobListLimit) events with an id
@@ -264,15 +256,7 @@ func (c *Client) EventsAfter(ctx context.Context, afterID int64, limit int) ([]E
 	if limit < 1 || limit > MaxJobListLimit {
 		return nil, &FilterError{Field: "limit", Reason: fmt.Sprintf("%d is not in 1..%d", limit, MaxJobListLimit)}
 	}
-	rows, err := c.pool.Query(ctx, c.sql.read.eventsAfter, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events after %d: %w", afterID, err)
-	}
-	out, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events after %d: %w", afterID, err)
-	}
-	return out, nil
+	return c.queryEvents(ctx, fmt.Sprintf("events after %d", afterID), c.sql.read.eventsAfter, afterID, limit)
 }
 
 // EventsByID returns the events among ids (at most MaxJobListLimit) that
@@ -282,15 +266,20 @@ func (c *Client) EventsByID(ctx context.Context, ids []int64) ([]EventInfo, erro
 	if len(ids) > MaxJobListLimit {
 		return nil, &FilterError{Field: "ids", Reason: fmt.Sprintf("more than %d", MaxJobListLimit)}
 	}
-	rows, err := c.pool.Query(ctx, c.sql.read.eventsByID, ids)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events by id: %w", err)
+	return c.queryEvents(ctx, "events by id", c.sql.read.eventsByID, ids)
+}
+
+// queryEvents runs one of the event statements and collects its rows; what
+// names the read in the error.
+func (c *Client) queryEvents(ctx context.Context, what, sql string, args ...any) ([]EventInfo, error) {
+	rows, err := c.pool.Query(ctx, sql, args...)
+	if err == nil {
+		var out []EventInfo
+		if out, err = collectEvents(rows); err == nil {
+			return out, nil
+		}
 	}
-	out, err := collectEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("queue: events by id: %w", err)
-	}
-	return out, nil
+	return nil, fmt.Errorf("queue: %s: %w", what, err)
 }
 
 // LastEventID returns the highest event id committed (0: none).

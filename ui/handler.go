@@ -379,6 +379,16 @@ func (h *Handler) checkAction(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// confirmed reports whether the action's form carried the confirmation;
+// if not, it renders the confirmation page for it.
+func (h *Handler) confirmed(w http.ResponseWriter, r *http.Request, c confirmData) bool {
+	if r.PostForm.Get("confirm") == "yes" {
+		return true
+	}
+	h.render(w, http.StatusOK, "confirm.html", "Confirm", c)
+	return false
+}
+
 func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 	if !h.checkAction(w, r) {
 		return
@@ -400,9 +410,7 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusNotFound, "no such action")
 		return
 	}
-	if r.PostForm.Get("confirm") != "yes" {
-		h.render(w, http.StatusOK, "confirm.html", "Confirm", confirmData{
-			What: action + " job " + strconv.FormatInt(id, 10), Action: back + "/" + action, Back: back})
+	if !h.confirmed(w, r, confirmData{What: action + " job " + strconv.FormatInt(id, 10), Action: back + "/" + action, Back: back}) {
 		return
 	}
 	if err := do(r.Context(), id); err != nil {
@@ -433,9 +441,7 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := h.cfg.Prefix + "/"
-	if r.PostForm.Get("confirm") != "yes" {
-		h.render(w, http.StatusOK, "confirm.html", "Confirm", confirmData{
-			What: action + " queue " + q, Action: h.cfg.Prefix + "/queues/" + url.PathEscape(q) + "/" + action, Back: back})
+	if !h.confirmed(w, r, confirmData{What: action + " queue " + q, Action: h.cfg.Prefix + "/queues/" + url.PathEscape(q) + "/" + action, Back: back}) {
 		return
 	}
 	if err := do(r.Context(), q); err != nil {
