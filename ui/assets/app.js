@@ -131,11 +131,16 @@
   const job = document.getElementById("job");
   function onJobEvent(e) {
     if (!job || String(e.job_id) !== job.dataset.jobId) return;
+    // The job row and its events are read one after the other, so the
+    // table may already hold an event the state above predates: the state
+    // follows every event the stream delivers (in order, from the page's
+    // resume point), and only the row is skipped when shown.
     const tbody = document.getElementById("events").tBodies[0];
-    if (tbody.querySelector('tr[data-event-id="' + e.id + '"]')) return;
-    const tr = el("tr", null, { "data-event-id": String(e.id) });
-    for (const v of [e.id, new Date(e.at).toISOString().replace("T", " "), e.type, e.attempt, "(reload for data)"]) tr.appendChild(el("td", v));
-    tbody.appendChild(tr);
+    if (!tbody.querySelector('tr[data-event-id="' + e.id + '"]')) {
+      const tr = el("tr", null, { "data-event-id": String(e.id) });
+      for (const v of [e.id, new Date(e.at).toISOString().replace("T", " "), e.type, e.attempt, "(reload for data)"]) tr.appendChild(el("td", v));
+      tbody.appendChild(tr);
+    }
     const st = document.getElementById("state");
     if (st && stateAfter[e.type]) st.textContent = stateAfter[e.type];
     const att = document.getElementById("attempts");
