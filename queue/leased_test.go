@@ -385,10 +385,11 @@ func TestLeasedLoopSleepsAfterTakingEveryDueJob(t *testing.T) {
 	}
 	claims, nexts = sc.counts[0].Load()-claims, sc.counts[1].Load()-nexts
 	t.Logf("%d jobs one at a time: %d leased claims, %d look-ups of the next delayed job", jobs, claims, nexts)
-	// A poll or a recheck may add a look or two; a second claim per job
-	// would add jobs of each.
-	require.LessOrEqual(t, claims, int64(jobs+3))
-	require.LessOrEqual(t, nexts, int64(3))
+	// Polls and rechecks add a few looks (4 seen on a loaded machine); a
+	// second claim per job would add jobs of each, so half of jobs
+	// separates the two.
+	require.LessOrEqual(t, claims, int64(jobs+jobs/2))
+	require.LessOrEqual(t, nexts, int64(jobs/2))
 }
 
 // A queue with held and leased kinds runs each job once, in its kind's
