@@ -39,6 +39,21 @@ func RetryAfter(d time.Duration, err error) error {
 	return &outcomeError{kind: outcomeRetryAfter, delay: max(d, 0), err: err}
 }
 
+// IsSnooze reports whether err is, or wraps, an outcome made by Snooze.
+func IsSnooze(err error) bool { return outcomeKind(err) == outcomeSnooze }
+
+// IsCancel reports whether err is, or wraps, an outcome made by Cancel.
+func IsCancel(err error) bool { return outcomeKind(err) == outcomeCancel }
+
+// outcomeKind is the kind of the outcome err carries, 0 for none.
+func outcomeKind(err error) int {
+	var oe *outcomeError
+	if errors.As(err, &oe) {
+		return oe.kind
+	}
+	return 0
+}
+
 // Kinds of outcomeError.
 const (
 	outcomeSnooze = iota + 1

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events/pubsub"
@@ -192,4 +193,99 @@ func TestRouterMiddlewareChain(t *testing.T) {
 	v, _ := calls.Load("bare")
 	require.EqualValues(t, 2, v.(*atomic.Int32).Load(), "delivered twice (MaxAttempts 2)")
 	require.NoError(t, router.Close())
+}
+
+// NackWith (or SetNackOutcome, then a Nack by whoever sends it) carries the
+// queue's outcome controls: a Snooze is delivered again without counting
+// the delivery, also on the last one, and is never poisoned; a Cancel ends
+// the job cancelled with no redelivery and no poison message; a RetryAfter
+// is delivered again after its delay with the next attempt and its error as
+// the job's last error; a plain error is a Nack whose reason it is, in the
+// poison message too. A message pgwake did not deliver, or one already
+// acked, is refused with ErrNotDelivered.
+// Both execution modes: held (the default) and leased.
+func TestNackWithOutcomes(t *testing.T) {
+	t.Parallel()
+	t.Run("held", func(t *testing.T) { t.Parallel(); testNackWithOutcomes(t, false) })
+	t.Run("leased", func(t *testing.T) { t.Parallel(); testNackWithOutcomes(t, true) })
+}
+
+func testNackWithOutcomes(t *testing.T, leased bool) {
+	pool, schema := newSchema(t)
+	ctx := context.Background()
+	once := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema, MaxAttempts: 1})
+	twice := newPublisher(t, pool, pubsub.PublisherConfig{Schema: schema, MaxAttempts: 2})
+	sub := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, PoisonTopic: "dead", NackBackoff: time.Hour, Leased: leased})
+	ops := newSubscriber(t, pool, pubsub.SubscriberConfig{Schema: schema, ConsumerGroup: "ops"})
+	require.NoError(t, ops.SubscribeInitialize("dead"))
+	subscribe := func(topic string) <-chan *message.Message {
+		ch, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		return ch
+	}
+	lastError := func(topic string) (state, lastErr string) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM `+schema+`.jobs WHERE payload->>'topic' = $1`,
+			topic).Scan(&state, &lastErr))
+		return state, lastErr
+	}
+	eventTypes := func(topic string) []string {
+		rows, err := pool.Query(ctx, `SELECT e.type FROM `+schema+`.events e JOIN `+schema+`.jobs j ON j.id = e.job_id
+			WHERE j.payload->>'topic' = $1 AND e.type <> 'started' ORDER BY e.id`, topic) // started: leased only
+		require.NoError(t, err)
+		types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return types
+	}
+
+	// Snooze on the only delivery: delivered again as attempt 1, then acked.
+	snoozes := subscribe("snooze")
+	require.NoError(t, once.Publish("snooze", message.NewMessage("s1", nil)))
+	m := receive(t, snoozes, wait)
+	require.NoError(t, pubsub.NackWith(m, queue.Snooze(50*time.Millisecond)))
+	m = receive(t, snoozes, wait)
+	require.Equal(t, "1", m.Metadata.Get(pubsub.AttemptKey), "a snoozed delivery is not counted")
+	require.True(t, m.Ack())
+	waitFor(t, wait, "snoozed message acked", func() bool { state, _ := lastError("snooze"); return state == "succeeded" })
+	require.Equal(t, []string{"enqueued", "snoozed", "succeeded"}, eventTypes("snooze"))
+
+	// Cancel on the last delivery, set before a Nack sent by someone else.
+	cancels := subscribe("cancel")
+	require.NoError(t, once.Publish("cancel", message.NewMessage("c1", nil)))
+	m = receive(t, cancels, wait)
+	require.NoError(t, pubsub.SetNackOutcome(m, queue.Cancel(errors.New("order withdrawn"))))
+	require.True(t, m.Nack())
+	waitFor(t, wait, "cancelled", func() bool { state, _ := lastError("cancel"); return state == "cancelled" })
+	_, lastErr := lastError("cancel")
+	require.Contains(t, lastErr, "order withdrawn")
+	require.Equal(t, []string{"enqueued", "cancelled"}, eventTypes("cancel"))
+
+	// RetryAfter: the next attempt comes after its delay, not NackBackoff's hour.
+	retries := subscribe("retry")
+	require.NoError(t, twice.Publish("retry", message.NewMessage("r1", nil)))
+	m = receive(t, retries, wait)
+	nacked := time.Now()
+	require.NoError(t, pubsub.NackWith(m, queue.RetryAfter(300*time.Millisecond, errors.New("partner down"))))
+	m = receive(t, retries, wait)
+	require.GreaterOrEqual(t, time.Since(nacked), 300*time.Millisecond, "delivered again before the RetryAfter delay")
+	require.Equal(t, "2", m.Metadata.Get(pubsub.AttemptKey))
+	_, lastErr = lastError("retry")
+	require.Contains(t, lastErr, "partner down")
+	require.Contains(t, lastErr, pubsub.ErrNacked.Error())
+
+	// A plain error on the last delivery: poisoned, with it as the reason.
+	require.NoError(t, pubsub.NackWith(m, errors.New("schema mismatch")))
+	dead, err := ops.Subscribe(ctx, "dead")
+	require.NoError(t, err)
+	p := receive(t, dead, wait)
+	require.Equal(t, "r1", p.UUID)
+	require.Contains(t, p.Metadata.Get(pubsub.ReasonPoisonedKey), "schema mismatch on attempt 2 of 2")
+	require.True(t, p.Ack())
+	requireNothing(t, dead, 200*time.Millisecond) // the snooze and the cancel sent nothing there
+
+	require.ErrorIs(t, pubsub.NackWith(message.NewMessage("x", nil), queue.Snooze(time.Second)), pubsub.ErrNotDelivered)
+	require.NoError(t, once.Publish("snooze", message.NewMessage("s2", nil)))
+	m = receive(t, snoozes, wait)
+	require.True(t, m.Ack())
+	waitFor(t, wait, "acked", func() bool { return m.Context().Err() != nil })
+	require.ErrorIs(t, pubsub.SetNackOutcome(m, queue.Snooze(time.Second)), pubsub.ErrNotDelivered)
 }

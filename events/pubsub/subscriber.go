@@ -438,6 +438,63 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
+// ErrNotDelivered is returned by NackWith and SetNackOutcome for a message
+// that this package did not deliver, or one already acknowledged.
+var ErrNotDelivered = errors.New("pubsub: not a message delivered by a pgwake subscriber, or already acked")
+
+type outcomeKey struct{}
+
+// outcomeBox holds what the next Nack of a delivered message means.
+type outcomeBox struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (b *outcomeBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// SetNackOutcome sets what the next Nack of msg (a message delivered by a
+// Subscriber, before its Ack or Nack) records, for handlers whose Nack is
+// sent by someone else (Watermill's Router Nacks when a handler returns an
+// error):
+//   - queue.Snooze(d): delivered again after d, the delivery not counted
+//     as an attempt (no poison topic);
+//   - queue.Cancel(err): not delivered again; the job ends cancelled
+//     (no poison topic);
+//   - queue.RetryAfter(d, err): delivered again after d instead of the
+//     RetryPolicy's delay (on the last attempt, failed or poisoned as any
+//     Nack);
+//   - any other error: a Nack as usual, with that error in the job's
+//     last error.
+//
+// The error recorded (and seen by RetryPolicy) wraps ErrNacked and the
+// outcome. Without an outcome a Nack records ErrNacked. A nil outcome
+// clears it.
+func SetNackOutcome(msg *message.Message, outcome error) error {
+	box, ok := msg.Context().Value(outcomeKey{}).(*outcomeBox)
+	if !ok || msg.Context().Err() != nil {
+		return ErrNotDelivered
+	}
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	box.err = outcome
+	return nil
+}
+
+// NackWith sets msg's Nack outcome (see SetNackOutcome) and Nacks it.
+func NackWith(msg *message.Message, outcome error) error {
+	if err := SetNackOutcome(msg, outcome); err != nil {
+		return err
+	}
+	if !msg.Nack() {
+		return ErrNotDelivered
+	}
+	return nil
+}
+
 // Metadata keys pgwake sets on every delivered message.
 const (
 	// AttemptKey is the delivery's attempt number, from 1: 1 on the first
@@ -477,14 +534,21 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 		}
 		last = true
 	}
-	mctx, cancel := context.WithCancel(context.WithValue(hctx, txKey{}, htx))
+	box := &outcomeBox{}
+	mctx, cancel := context.WithCancel(context.WithValue(context.WithValue(hctx, txKey{}, htx), outcomeKey{}, box))
 	defer cancel()
 	msg.SetContext(mctx)
 	nacked := func() error {
-		if !last {
+		out := box.get()
+		switch {
+		case out == nil && !last:
 			return ErrNacked
+		case out == nil:
+			return sub.toPoison(hctx, tx, htx, job, ErrNacked)
+		case !last || queue.IsSnooze(out) || queue.IsCancel(out):
+			return fmt.Errorf("%w: %w", ErrNacked, out)
 		}
-		return sub.toPoison(hctx, tx, htx, job)
+		return sub.toPoison(hctx, tx, htx, job, out)
 	}
 
 	select {
@@ -532,7 +596,7 @@ func (s *Subscriber) lastAttempt(job *queue.Job) bool {
 // toPoison rolls back the handler's writes (htx, a savepoint in tx) and
 // publishes the job's message, as published, to the poison topic in tx,
 // which commits with the job's completion.
-func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queue.Job) error {
+func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queue.Job, reason error) error {
 	if err := htx.Rollback(ctx); err != nil {
 		return fmt.Errorf("pubsub: roll back the handler's writes before poisoning: %w", err)
 	}
@@ -543,7 +607,7 @@ func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queu
 	// The delay is the original's, long past.
 	delete(msg.Metadata, delay.DelayedUntilKey)
 	delete(msg.Metadata, delay.DelayedForKey)
-	msg.Metadata.Set(ReasonPoisonedKey, fmt.Sprintf("%v on attempt %d of %d", ErrNacked, job.Attempt, job.MaxAttempts))
+	msg.Metadata.Set(ReasonPoisonedKey, fmt.Sprintf("%v on attempt %d of %d", reason, job.Attempt, job.MaxAttempts))
 	msg.Metadata.Set(PoisonedTopicKey, sub.topic)
 	msg.Metadata.Set(AttemptKey, strconv.Itoa(job.Attempt))
 	if err := sub.s.poison.PublishTx(ctx, tx, sub.s.cfg.PoisonTopic, msg); err != nil {
