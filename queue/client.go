@@ -38,7 +38,10 @@ type Client struct {
 	leasedKinds []string
 	// leases maps the id of every leased job running in this client to
 	// its *leasedRun.
-	leases      sync.Map
+	leases sync.Map
+	// early holds cancels of leased jobs that were not (yet) running here
+	// (earlyCancels).
+	early       earlyCancels
 	completions completer // leased successes, written together
 	running     atomic.Bool
 	// claimIdleTimeout, when not empty, is set as the claim transaction's

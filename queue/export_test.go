@@ -52,6 +52,17 @@ func (s Signals) StartRecorded(id int64, d time.Duration) bool {
 	})
 }
 
+// BeforeLease sets f to run (it may block) before a leased job's lease is
+// registered in the client. Call it before Run or Start.
+func (s Signals) BeforeLease(f func(id int64)) { s.s.beforeLease = f }
+
+// WaitCancelKept waits until a cancel of leased job id, not running in the
+// client, was kept for it.
+func (s Signals) WaitCancelKept(t testing.TB, id int64) {
+	t.Helper()
+	waitSignal(t, s.s.cancelKept, "cancel kept", func(x int64) bool { return x == id })
+}
+
 // testSignalTimeout bounds a wait for a signal: long, only a hung runtime
 // reaches it.
 const testSignalTimeout = 30 * time.Second

@@ -62,8 +62,67 @@ func (c *Client) onCancelNotify(payload string) {
 	if err != nil {
 		return
 	}
+	c.early.mu.Lock()
+	defer c.early.mu.Unlock()
 	if v, ok := c.leases.Load(id); ok {
 		v.(*leasedRun).cancel(ErrLeaseLost)
+		return
+	}
+	c.early.add(id, time.Now())
+	if ts := c.signals; ts != nil {
+		ts.cancelKept.signal(id)
+	}
+}
+
+// earlyCancelsKept is how long a cancel of a leased job that does not run
+// here is kept, and earlyCancelsMax how many at most: a job claimed by this
+// client whose cancel was committed and notified between the claim's commit
+// and the handler's registration (less than a round trip) is cancelled at
+// registration instead of at the next heartbeat.
+const (
+	earlyCancelsKept = 5 * time.Second
+	earlyCancelsMax  = 4096
+)
+
+// earlyCancels are recent cancels of leased jobs not running in this
+// client, most of them running elsewhere. mu also orders them against the
+// registration of leases (register), so a cancel is either found there or
+// finds the lease.
+type earlyCancels struct {
+	mu  sync.Mutex
+	ids map[int64]time.Time
+}
+
+// add keeps id, dropping expired entries (and, past earlyCancelsMax, all
+// of them: a cancel missed here is caught at the next heartbeat).
+func (e *earlyCancels) add(id int64, now time.Time) {
+	if e.ids == nil {
+		e.ids = map[int64]time.Time{}
+	}
+	if len(e.ids) >= earlyCancelsMax/2 {
+		for k, at := range e.ids {
+			if now.Sub(at) > earlyCancelsKept {
+				delete(e.ids, k)
+			}
+		}
+		if len(e.ids) >= earlyCancelsMax {
+			clear(e.ids)
+		}
+	}
+	e.ids[id] = now
+}
+
+// register stores run as the lease of job id and cancels it at once if
+// its cancel arrived first.
+func (c *Client) register(id int64, run *leasedRun) {
+	c.early.mu.Lock()
+	defer c.early.mu.Unlock()
+	c.leases.Store(id, run)
+	if at, ok := c.early.ids[id]; ok {
+		delete(c.early.ids, id)
+		if time.Since(at) <= earlyCancelsKept {
+			run.cancel(ErrLeaseLost)
+		}
 	}
 }
 
@@ -81,7 +140,10 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 		// Known before the handler starts: a cancel that arrives from now
 		// on reaches it.
 		ctx, cancel := context.WithCancelCause(hardCtx)
-		c.leases.Store(cj.job.ID, &leasedRun{attempt: cj.job.Attempt, cancel: cancel})
+		if ts := c.signals; ts != nil && ts.beforeLease != nil {
+			ts.beforeLease(cj.job.ID)
+		}
+		c.register(cj.job.ID, &leasedRun{attempt: cj.job.Attempt, cancel: cancel})
 		l.handlers.Add(1)
 		go func() {
 			defer l.handlers.Done()

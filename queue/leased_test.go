@@ -189,6 +189,57 @@ func TestCancelRunningLeasedJob(t *testing.T) {
 	checkEventsMatchJobs(t, e.pool, e.schema)
 }
 
+// A cancel committed and notified after a leased claim committed but before
+// the client registered the job's lease (a window of less than a round trip)
+// still cancels the handler at once, not at the next lease extension (20 s
+// here).
+func TestCancelBeforeTheLeaseIsRegistered(t *testing.T) {
+	t.Parallel()
+	claimed := make(chan int64, 1)
+	proceed := make(chan struct{})
+	ended := make(chan error, 1)
+	e := leasedEnv(t, "pgwake_leased_early_cancel", 8, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"long"},
+		LeaseDuration: time.Minute,
+		Backoff:       fastBackoff,
+		Handlers: map[string]queue.Handler{"long": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			select {
+			case <-ctx.Done():
+				ended <- context.Cause(ctx)
+				return context.Cause(ctx)
+			case <-time.After(15 * time.Second):
+				ended <- nil
+				return nil
+			}
+		})},
+	})
+	signals := queue.EnableTestSignals(e.c)
+	signals.BeforeLease(func(id int64) {
+		claimed <- id
+		<-proceed
+	})
+	e.run()
+	waitFor(t, 10*time.Second, "listener", func() bool {
+		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
+	})
+	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
+	require.NoError(t, err)
+	require.Equal(t, r.ID, <-claimed)
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'running'`, r.ID), "the claim committed")
+	require.NoError(t, e.c.Cancel(context.Background(), r.ID))
+	signals.WaitCancelKept(t, r.ID)
+	close(proceed)
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, queue.ErrLeaseLost, "the handler's context was cancelled, not left to run")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not cancelled before the next lease extension")
+	}
+	waitFor(t, 10*time.Second, "cancelled", func() bool { return e.count(`id = $1 AND state = 'cancelled'`, r.ID) == 1 })
+	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventStarted, queue.EventCancelled}, e.eventTypes(r.ID))
+}
+
 // Thousands of concurrent leased jobs that wait on something else run on a
 // pool of 20 connections, each exactly once.
 func TestLeasedConcurrencyIsNotBoundedByThePool(t *testing.T) {

@@ -44,6 +44,12 @@ type testSignals struct {
 	// startsRecorded: the attempt records of a batch are committed
 	// (sendStarts). Carries the jobs' ids.
 	startsRecorded testSignal[[]int64]
+	// cancelKept: a cancel of a leased job not running here was kept
+	// (earlyCancels). Carries the job's id.
+	cancelKept testSignal[int64]
+	// beforeLease, when set, runs (and may block) before a leased job's
+	// lease is registered in the client.
+	beforeLease func(id int64)
 }
 
 func newTestSignals() *testSignals {
@@ -51,5 +57,6 @@ func newTestSignals() *testSignals {
 	s.asleep.init()
 	s.pausedLook.init()
 	s.startsRecorded.init()
+	s.cancelKept.init()
 	return s
 }
