@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/pgwake/pgwake/queue"
@@ -76,15 +77,70 @@ var ErrDecode = errors.New("events: cannot decode event")
 var ErrUnsupportedVersion = errors.New("unsupported event encoding version")
 
 // Encode returns the event's version 1 JSON encoding (docs/events.md).
-// Times are written in UTC with nanosecond precision.
+// Times are written in UTC with nanosecond precision. The bytes are those
+// of encoding/json on the wire struct; the stream encodes every event it
+// forwards, so it writes them directly (TestEncodeIsJSONMarshal).
 func Encode(e Event) ([]byte, error) {
-	w := wire{V: Version, ID: e.ID, JobID: e.JobID, Type: string(e.Type), Queue: e.Queue, Kind: e.Kind,
-		Attempt: e.Attempt, At: e.At.UTC(), Error: e.Error}
-	if e.RunAfter != nil {
-		ra := e.RunAfter.UTC()
-		w.RunAfter = &ra
+	b := make([]byte, 0, 160+len(e.Queue)+len(e.Kind)+len(e.Error))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendInt(b, e.ID, 10)
+	b = append(b, `,"job_id":`...)
+	b = strconv.AppendInt(b, e.JobID, 10)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, string(e.Type))
+	b = append(b, `,"queue":`...)
+	b = appendJSONString(b, e.Queue)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, e.Kind)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = append(b, `,"at":`...)
+	var err error
+	if b, err = appendJSONTime(b, e.At); err != nil {
+		return nil, err
 	}
-	return json.Marshal(w)
+	if e.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, e.Error)
+	}
+	if e.RunAfter != nil {
+		b = append(b, `,"run_after":`...)
+		if b, err = appendJSONTime(b, *e.RunAfter); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json writes it: a string of
+// printable ASCII without a quote, backslash, '<', '>' or '&' as it is, any other
+// through encoding/json (its escaping of HTML characters, control
+// characters, invalid UTF-8 and U+2028/U+2029).
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONTime appends t in UTC as encoding/json writes a time.Time
+// (RFC 3339 with nanoseconds, trailing zeros dropped); a year outside
+// 0-9999 is an error, as there.
+func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
+	t = t.UTC()
+	if y := t.Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("events: encode: time %v: year outside of range [0,9999]", t)
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
 }
 
 // MarshalJSON encodes e as Encode does.
@@ -148,7 +204,7 @@ type data struct {
 
 // setData fills Error and RunAfter from the events.data jsonb text.
 func (e *Event) setData(raw []byte) error {
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(raw) == "{}" { // the column's default
 		return nil
 	}
 	var d data

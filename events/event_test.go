@@ -92,3 +92,63 @@ func FuzzDecode(f *testing.F) {
 		require.Equal(t, e, e2)
 	})
 }
+
+// v1 is the version 1 shape as encoding/json writes it: Encode must
+// produce exactly these bytes.
+type v1 struct {
+	V        int        `json:"v"`
+	ID       int64      `json:"id"`
+	JobID    int64      `json:"job_id"`
+	Type     string     `json:"type"`
+	Queue    string     `json:"queue"`
+	Kind     string     `json:"kind"`
+	Attempt  int        `json:"attempt"`
+	At       time.Time  `json:"at"`
+	Error    string     `json:"error,omitempty"`
+	RunAfter *time.Time `json:"run_after,omitempty"`
+}
+
+func requireEncodeIsJSONMarshal(t *testing.T, e events.Event) {
+	t.Helper()
+	w := v1{V: 1, ID: e.ID, JobID: e.JobID, Type: string(e.Type), Queue: e.Queue, Kind: e.Kind, Attempt: e.Attempt, At: e.At.UTC(), Error: e.Error}
+	if e.RunAfter != nil {
+		ra := e.RunAfter.UTC()
+		w.RunAfter = &ra
+	}
+	want, werr := json.Marshal(w)
+	got, err := events.Encode(e)
+	if werr != nil {
+		require.Error(t, err, "encoding/json refused %+v", e)
+		return
+	}
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+}
+
+func TestEncodeIsJSONMarshal(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.FixedZone("x", -7200))
+	ra := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, s := range []string{"", "default", "a\"b", `back\slash`, "<script>&", "tab\there", "new\nline", "\x00\x1f\x7f",
+		"héllo", "\u2028\u2029", "bad \xff utf-8", "日本語", "emoji 😀"} {
+		requireEncodeIsJSONMarshal(t, events.Event{ID: 1, JobID: 2, Type: events.Type(s + "t"), Queue: s, Kind: s, Attempt: 3, At: at, Error: s, RunAfter: &ra})
+		requireEncodeIsJSONMarshal(t, events.Event{ID: 1 << 62, JobID: -5, Type: events.TypeSucceeded, Queue: "q", Kind: s, At: at.Truncate(time.Second)})
+	}
+	requireEncodeIsJSONMarshal(t, events.Event{ID: 1, JobID: 1, Type: events.TypeEnqueued, At: far})
+	requireEncodeIsJSONMarshal(t, events.Event{ID: 1, JobID: 1, Type: events.TypeEnqueued, At: at, RunAfter: &far})
+}
+
+func FuzzEncodeIsJSONMarshal(f *testing.F) {
+	f.Add(int64(1), "default", "email", "smtp: timeout", int64(1764576000123456789), true)
+	f.Add(int64(7), "<a&b>", "\u2028", "\xff", int64(0), false)
+	f.Fuzz(func(t *testing.T, id int64, queue, kind, errText string, unixNano int64, runAfter bool) {
+		at := time.Unix(0, unixNano)
+		e := events.Event{ID: id, JobID: id + 1, Type: events.Type(kind), Queue: queue, Kind: kind, Attempt: len(queue), At: at, Error: errText}
+		if runAfter {
+			ra := at.Add(time.Duration(id))
+			e.RunAfter = &ra
+		}
+		requireEncodeIsJSONMarshal(t, e)
+	})
+}

@@ -71,6 +71,13 @@ func (r *reader) statusDue(now time.Time) (due time.Time, send bool) {
 
 func (r *reader) run(ctx context.Context) error {
 	r.nextStatus = time.Now().Add(r.s.cfg.StatusInterval)
+	// Reads wait until the connection's read deadline, set before each one
+	// (a context with that deadline cost a timer and a context watcher per
+	// message); a cancelled ctx moves it to the past, which ends a read at
+	// once.
+	nc := r.conn.Conn()
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	for {
 		deadline, send := r.statusDue(time.Now())
 		if send {
@@ -84,9 +91,13 @@ func (r *reader) run(ctx context.Context) error {
 			return nil // the session's error, if any, is the publisher's
 		default:
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		raw, err := r.conn.ReceiveMessage(rctx)
-		cancel()
+		if err := nc.SetReadDeadline(deadline); err != nil {
+			return fmt.Errorf("events: replication receive: %w", err)
+		}
+		if ctx.Err() != nil { // cancelled before the deadline was set
+			return nil
+		}
+		raw, err := r.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

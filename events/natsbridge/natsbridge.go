@@ -91,7 +91,7 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 			nc.Close()
 			return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
 		}
-		return &asyncPublisher{nc: nc, js: js, timeout: cfg.AckTimeout}, nil
+		return &asyncPublisher{nc: nc, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
 	}
 	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
 		Marshaler:         &wmnats.NATSMarshaler{},
@@ -131,7 +131,7 @@ type asyncPublisher struct {
 	nc      *nats.Conn
 	js      nats.JetStreamContext
 	timeout time.Duration
-	m       wmnats.NATSMarshaler
+	stall   nats.PubOpt // StallWait(timeout)
 }
 
 // Publish sends msgs to subject topic in order and returns once JetStream
@@ -153,12 +153,8 @@ func (p *asyncPublisher) Publish(topic string, msgs ...*message.Message) error {
 func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (wait func(ctx context.Context) error, err error) {
 	futures := make([]nats.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		nm, err := p.m.Marshal(topic, m)
-		if err != nil {
-			return nil, fmt.Errorf("natsbridge: %w", err)
-		}
 		// Past the pending limit, wait for room as long as for an ack.
-		f, err := p.js.PublishMsgAsync(nm, nats.MsgId(m.UUID), nats.StallWait(p.timeout))
+		f, err := p.js.PublishMsgAsync(natsMsg(topic, m), p.stall)
 		if err != nil {
 			return nil, fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
 		}
@@ -181,6 +177,28 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		}
 		return nil
 	}, nil
+}
+
+// natsMsg is m in the format of watermill-nats's NATSMarshaler (payload
+// as data, metadata as headers, the UUID in its _watermill_message_uuid
+// header) with Nats-Msg-Id set to the UUID, as the nats.MsgId option would
+// set it: one header map sized for all of them, the values in one array
+// (the marshaler and the option grew the map past 8 keys for every
+// message). TestPublishersOrderAndDeduplicate reads it back with the
+// marshaler.
+func natsMsg(topic string, m *message.Message) *nats.Msg {
+	n := len(m.Metadata) + 2
+	h := make(nats.Header, n)
+	vals := make([]string, 0, n)
+	vals = append(vals, m.UUID)
+	h[wmnats.WatermillUUIDHdr] = vals[0:1:1]
+	for k, v := range m.Metadata {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	vals = append(vals, m.UUID)
+	h[nats.MsgIdHdr] = vals[len(vals)-1 : len(vals) : len(vals)]
+	return &nats.Msg{Subject: topic, Data: m.Payload, Header: h}
 }
 
 // Close closes the connection.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
@@ -189,6 +190,14 @@ func TestPublishersOrderAndDeduplicate(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, i, ev.ID, "sync=%v", sync)
 			require.Equal(t, strconv.FormatInt(i, 10), msg.Header.Get(events.MetaEventID))
+			// watermill-nats's format: its marshaler reads the message back.
+			wm, err := (&wmnats.NATSMarshaler{}).Unmarshal(msg)
+			require.NoError(t, err)
+			sent := msgs[i-1]
+			require.Equal(t, sent.UUID, wm.UUID, "sync=%v", sync)
+			require.Equal(t, sent.Metadata, wm.Metadata, "sync=%v", sync)
+			require.Equal(t, []byte(sent.Payload), []byte(wm.Payload))
+			require.Equal(t, sent.UUID, msg.Header.Get(nats.MsgIdHdr))
 		}
 		_ = sub.Unsubscribe()
 		_ = js.DeleteStream(stream)
