@@ -25,7 +25,7 @@ const notifyWindow = 24 * time.Millisecond
 
 // countNotifications LISTENs on the schema's events channel on a
 // connection of its own and counts what arrives, until the test ends.
-func countNotifications(t *testing.T, schema string) *atomic.Int64 {
+func countNotifications(t testing.TB, schema string) *atomic.Int64 {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, pgtest.URL())
