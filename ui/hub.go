@@ -88,8 +88,8 @@ type statsMessage struct {
 	At      time.Time         `json:"at"`
 }
 
-// hub reads the event log after every notification and fans events and
-// counters out to the open streams.
+// hub reads the event log after every notification (and trailingRead
+// later, see there) and fans events and counters out to the open streams.
 type hub struct {
 	cfg       Config
 	client    *queue.Client
