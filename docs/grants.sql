@@ -36,8 +36,6 @@ GRANT USAGE ON SEQUENCE {{schema}}.jobs_id_seq, {{schema}}.events_id_seq TO {{pr
 -- wake_needed (SECURITY INVOKER) reads the salt of its lock key and looks
 -- for an idle worker; producers only read the waiters table.
 GRANT SELECT ON {{schema}}.wake_salt, {{schema}}.waiters TO {{producer_role}};
--- Writing events looks for a live dashboard (migration 0015's trigger).
-GRANT SELECT ON {{schema}}.event_watchers TO {{producer_role}};
 GRANT EXECUTE ON FUNCTION {{schema}}.wake_needed(text) TO {{producer_role}};
 -- Watermill Pub/Sub publishers fan out to the consumer groups' queues.
 GRANT SELECT ON {{schema}}.watermill_subscriptions TO {{producer_role}};
@@ -66,8 +64,6 @@ GRANT SELECT ON {{schema}}.paused_queues TO {{worker_role}};
 -- Retention deletes unique keys whose period has passed (docs/unique.md);
 -- UPDATE on one column for its FOR UPDATE SKIP LOCKED, which writes nothing.
 GRANT SELECT, DELETE, UPDATE (held_until) ON {{schema}}.unique_periods TO {{worker_role}};
--- Writing events looks for a live dashboard (migration 0015's trigger).
-GRANT SELECT ON {{schema}}.event_watchers TO {{worker_role}};
 
 -- Operators.
 GRANT USAGE ON SCHEMA {{schema}} TO {{operator_role}};
@@ -87,7 +83,9 @@ GRANT SELECT ON {{schema}}.periodic TO {{operator_role}};
 -- `pgwake jobs prune` deletes expired unique periods too.
 GRANT SELECT, DELETE, UPDATE (held_until) ON {{schema}}.unique_periods TO {{operator_role}};
 -- `pgwake ui` registers itself as a watcher of the event log (a heartbeat
--- row) so that transactions writing events NOTIFY it.
+-- row) so that transactions writing events NOTIFY it. The trigger that
+-- looks for watchers (migration 0017) runs as the schema's owner: roles
+-- that only write events need nothing on event_watchers.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.event_watchers TO {{operator_role}};
 
 -- Event stream. The publication is created once by the table owner

@@ -104,11 +104,15 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
-// render substitutes the quoted schema into a migration's SQL, and the
+// render substitutes the quoted schema into a migration's SQL, the
 // schema's NOTIFY channel (queue.WakeChannel) as a string literal for
-// {{wake_channel}}. The schema is validated: [a-z0-9_] needs no escaping.
+// {{wake_channel}}, and the name of the transaction-local setting that
+// marks the event watchers' NOTIFY as queued (migration 0017) for
+// {{events_notify_guc}}. The schema is validated: [a-z0-9_] needs no
+// escaping.
 func render(sql, schema string) string {
-	return strings.NewReplacer("{{schema}}", sqlident.Quote(schema), "{{wake_channel}}", "'"+schema+"_wake'").Replace(sql)
+	return strings.NewReplacer("{{schema}}", sqlident.Quote(schema), "{{wake_channel}}", "'"+schema+"_wake'",
+		"{{events_notify_guc}}", "'pgwake.events_notify_"+schema+"'").Replace(sql)
 }
 
 // Up applies every pending migration to schema (DefaultSchema when empty),

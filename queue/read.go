@@ -307,10 +307,13 @@ func (c *Client) EventCount(ctx context.Context, afterID int64) (int64, error) {
 func EventsChannel(schema string) string { return schema + "_events" }
 
 // WatchEvents registers (or refreshes) watcher id: for the next 60 seconds,
-// every transaction that writes events sends one NOTIFY on
-// EventsChannel(schema), payload empty. Call it again well within a minute
-// to keep watching; UnwatchEvents stops it. Without a watcher writing
-// events sends nothing.
+// a transaction that writes events sends, at its commit, one NOTIFY on
+// EventsChannel(schema), payload empty, unless another commit sent one less
+// than 25 ms before (migration 0017). A watcher therefore reads the event
+// log once more some time after each notification (the dashboard: 50 ms),
+// and again while reads find new events. Call WatchEvents again well within
+// a minute to keep watching; UnwatchEvents stops it. Without a watcher
+// writing events sends nothing.
 func (c *Client) WatchEvents(ctx context.Context, id string) error {
 	if _, err := c.pool.Exec(ctx, c.sql.read.watch, id); err != nil {
 		return fmt.Errorf("queue: watch events: %w", err)

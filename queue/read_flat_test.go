@@ -131,10 +131,11 @@ func BenchmarkQueueStats(b *testing.B) {
 	})
 }
 
-// BenchmarkEnqueueEventWatchers: the cost migration 0015's trigger adds to
-// a single-job enqueue (one events insert): without the trigger (dropped),
-// with it and no watcher, and with a watcher registered (one NOTIFY per
-// transaction), in one run, from concurrent producers.
+// BenchmarkEnqueueEventWatchers: the cost the event watchers' trigger
+// (migrations 0015, 0017) adds to a single-job enqueue (one events insert):
+// without the trigger (dropped), with it and no watcher, and with a watcher
+// registered (a NOTIFY at commit, at most one per 25 ms), in one run, from
+// concurrent producers.
 //
 //	go test -run '^$' -bench BenchmarkEnqueueEventWatchers -benchtime 3000x -count 3 ./queue/
 func BenchmarkEnqueueEventWatchers(b *testing.B) {

@@ -357,7 +357,8 @@ func TestQueueStatsCounts(t *testing.T) {
 }
 
 // While a watcher is registered, a transaction that writes events sends one
-// NOTIFY on EventsChannel; without one, none.
+// NOTIFY on EventsChannel (the first in 25 ms, migration 0017); without
+// one, none.
 func TestWatchEventsNotifies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, queue.Config{})

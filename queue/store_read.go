@@ -37,7 +37,7 @@ type readStatements struct {
 	estimatePending, estimateScheduled, estimateFailed, estimateSucceeded string
 	// watch upserts watcher $1's heartbeat (migration 0015): while any
 	// watcher's heartbeat is recent, transactions that write events NOTIFY
-	// the events channel.
+	// the events channel at commit, at most once per 25 ms (0017).
 	watch string
 	// unwatch deletes watcher $1.
 	unwatch string

@@ -5,10 +5,12 @@
 //
 // It is live without polling from the browser: one LISTEN per process
 // (notify.Listener) on queue.EventsChannel, fed by the NOTIFY that
-// transactions writing events send while a watcher is registered
-// (queue.Client.WatchEvents, migration 0015); the handler then reads the
-// event log after its last id and pushes events and fresh counters to every
-// open page over server-sent events. A reconnecting page resumes from its
+// transactions writing events send at commit while a watcher is registered,
+// at most one per 25 ms (queue.Client.WatchEvents, migrations 0015 and
+// 0017); the handler then reads the event log after its last id, once more
+// 50 ms later (for the commits that shared a notification) and again while
+// reads find events, and pushes events and fresh counters to every open
+// page over server-sent events. A reconnecting page resumes from its
 // Last-Event-ID through the event log, without gaps.
 //
 // Mount it under a prefix:

@@ -24,6 +24,15 @@ const gapTimeout = 10 * time.Second
 // the notifications of a burst of transactions share one read.
 const tailMinInterval = 25 * time.Millisecond
 
+// trailingRead is how long after a read prompted by a notification, or one
+// that found events, the feed reads again if nothing prompted a read
+// meanwhile. Migration 0017 notifies at most once per 25 ms: a transaction
+// that commits within 25 ms after a notified one sends none, and this read
+// shows it (as long as its commit took at most the other 25 ms). While
+// reads find events the feed keeps reading; once one finds none it waits
+// for the next notification.
+const trailingRead = 50 * time.Millisecond
+
 // maxGap is the widest run of skipped ids the feed waits for; a wider one
 // (a large rolled-back batch) is given up at once.
 const maxGap = 10000
@@ -79,8 +88,8 @@ type statsMessage struct {
 	At      time.Time         `json:"at"`
 }
 
-// hub reads the event log after every notification and fans events and
-// counters out to the open streams.
+// hub reads the event log after every notification (and trailingRead
+// later, see there) and fans events and counters out to the open streams.
 type hub struct {
 	cfg       Config
 	client    *queue.Client
@@ -164,7 +173,11 @@ func (h *hub) run(ctx context.Context) error {
 	var lastTail time.Time
 	gapCheck := time.NewTicker(250 * time.Millisecond)
 	defer gapCheck.Stop()
+	trailing := time.NewTimer(trailingRead)
+	trailing.Stop()
+	defer trailing.Stop()
 	for {
+		notified := false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -174,9 +187,8 @@ func (h *hub) run(ctx context.Context) error {
 			}
 			continue
 		case <-refresh.C:
-			h.poke() // a missed notification costs at most this long
+			// A missed notification costs at most this long.
 			h.refreshStats(ctx)
-			continue
 		case <-statsTimer:
 			statsTimer = nil
 			h.refreshStats(ctx)
@@ -188,7 +200,9 @@ func (h *hub) run(ctx context.Context) error {
 			if !gaps {
 				continue
 			}
+		case <-trailing.C:
 		case <-h.kick:
+			notified = true
 		}
 		// Notifications in a burst share one read.
 		if d := tailMinInterval - time.Since(lastTail); d > 0 {
@@ -199,11 +213,15 @@ func (h *hub) run(ctx context.Context) error {
 			}
 			select {
 			case <-h.kick:
+				notified = true
 			default:
 			}
 		}
 		lastTail = time.Now()
 		n, err := h.tail(ctx)
+		if notified || n > 0 {
+			trailing.Reset(trailingRead)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Warn("reading the event log failed", zap.Error(err))

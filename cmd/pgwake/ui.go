@@ -28,9 +28,10 @@ failed, done in the last minute, oldest pending, paused), throughput and
 latency sparklines, the jobs with filters and pages, each job's payload,
 errors and event history, and the actions retry, cancel, pause and resume
 (confirmed, each writing its event). It updates live: one LISTEN per
-process, fed by a NOTIFY that transactions writing events send while a
-dashboard runs (a heartbeat row in the schema's event_watchers table),
-then the event log; pages get server-sent events. See docs/ui.md.
+process, fed by a NOTIFY that transactions writing events send at commit
+while a dashboard runs (a heartbeat row in the schema's event_watchers
+table), at most one per 25 ms, then the event log; pages get server-sent
+events. See docs/ui.md.
 
 It binds 127.0.0.1 by default. Any other address needs --token (or
 $PGWAKE_UI_TOKEN): open http://HOST:PORT/?token=T once (a cookie keeps it),

@@ -71,9 +71,10 @@ var hostileOverloads = []string{
 // PUBLIC (the default before PostgreSQL 15), a role defines overloads that
 // would capture loosely typed calls. Migrate, enqueue (one job, many, with a
 // delay, a unique key), a worker (claims, a failure and its retry, idle and
-// its barrier), cancel, retry and retention never run any of them, and
-// neither do the SQL API's functions (enqueue, enqueue_many, cancel, retry)
-// called by a session whose search_path starts with public.
+// its barrier), cancel, retry and retention, with a watcher of the events
+// registered, never run any of them, and neither do the SQL API's functions
+// (enqueue, enqueue_many, cancel, retry) called by a session whose
+// search_path starts with public.
 func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -131,6 +132,9 @@ func TestHostileSearchPathOverloadsNeverRun(t *testing.T) {
 	require.NoError(t, err)
 	stop := pgtest.RunInBackground(t, "hostile worker", c.Run)
 	defer stop()
+	// A dashboard watches: every commit below runs the NOTIFY trigger's
+	// whole body (migration 0017).
+	require.NoError(t, c.WatchEvents(ctx, "hostile"))
 	time.Sleep(300 * time.Millisecond) // the worker marks itself idle and passes its barrier
 	r1, err := c.Enqueue(ctx, queue.NewJob{Kind: "k", UniqueKey: "fail-once"})
 	require.NoError(t, err)

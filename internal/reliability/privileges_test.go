@@ -97,6 +97,18 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 		require.False(t, super)
 	}
 
+	// A dashboard watches (the operator registers it): every role's
+	// commits that write events run the NOTIFY trigger (migration 0017, as
+	// the schema's owner).
+	watcher, err := queue.New(operatorPool, queue.Config{Schema: w.schema})
+	require.NoError(t, err)
+	require.NoError(t, watcher.WatchEvents(ctx, "least-privilege"))
+	listen, err := w.admin.Acquire(ctx)
+	require.NoError(t, err)
+	defer listen.Release()
+	_, err = listen.Exec(ctx, `LISTEN `+pgx.Identifier{queue.EventsChannel(w.schema)}.Sanitize())
+	require.NoError(t, err)
+
 	cfg := workerConfig(w.schema, 200*time.Millisecond, 0)
 	c, err := queue.New(pool, cfg)
 	require.NoError(t, err)
@@ -122,6 +134,10 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	require.NoError(t, err)
 	w.waitAllFinal(n, 2*time.Minute)
 	w.check(t.Name(), n, true, 0, nil, "roles producer, worker, operator (docs/grants.sql)")
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = listen.Conn().WaitForNotification(wctx)
+	wcancel()
+	require.NoError(t, err, "the watcher was notified")
 
 	// A unique key held: the producer learns the holder's id.
 	first, err := prod.Enqueue(ctx, queue.NewJob{Kind: jobKind, UniqueKey: "once", Delay: time.Hour, Payload: map[string]any{"mode": modeOK}})
@@ -382,6 +398,17 @@ func TestRolesHoldOnlyWhatTheyNeed(t *testing.T) {
 		`INSERT INTO `+jobs+` (queue, kind, state) VALUES ('default', 'k', 'succeeded')`,
 		`SELECT * FROM `+events, `DELETE FROM `+events, `UPDATE `+events+` SET type = 'x'`,
 	)
+	// No role can silence the live feed's notifications (migration 0017's
+	// stamp), or read when the last one was sent.
+	stamp := w.table("event_notify_stamp")
+	for _, p := range []*pgxpool.Pool{producerPool, workerPool, operatorPool} {
+		denied(p, "any role", `SELECT pg_catalog.setval('`+stamp+`', 0)`, `SELECT last_value FROM `+stamp)
+	}
+	// Writing events needs nothing on the watchers (the trigger runs as the
+	// owner): producers and workers cannot read them.
+	for _, p := range []*pgxpool.Pool{producerPool, workerPool} {
+		denied(p, "producer or worker", `SELECT * FROM `+w.table("event_watchers"))
+	}
 	denied(operatorPool, "operator",
 		`INSERT INTO `+jobs+` (queue, kind) VALUES ('default', 'k')`, `UPDATE `+jobs+` SET payload = '{}'`,
 		`UPDATE `+jobs+` SET attempts = 0`,
