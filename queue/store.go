@@ -439,7 +439,8 @@ SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM
 ORDER BY priority, run_after, id`
 }
 
-// leasedWalkSQL is claimWalkSQL with the claim condition claimable.
+// walkSQL is claimWalkSQL with the claim condition claimable and the
+// conditions cond (the cursor's among them).
 func walkSQL(jobs, claimable, cols, cond, limit string) string {
 	return `SELECT x.* FROM p, LATERAL (
 		SELECT ` + cols + ` FROM ` + jobs + ` j
