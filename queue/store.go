@@ -363,7 +363,7 @@ func prioritiesSQL(jobs, from string) string {
 // scan of the claim index per priority. The outer LIMIT stops the loop as
 // soon as limit rows are locked, so no row is locked that is not returned.
 func claimWalkSQL(jobs, attempts, cols, cond, after, limit string) string {
-	return walkSQL(jobs, claimableSQL(attempts), cols, after+cond, limit)
+	return walkSQL(jobs, "p", "", claimableSQL(attempts), cols, after+cond, limit)
 }
 
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor
@@ -406,28 +406,39 @@ ORDER BY j.priority, j.run_after, j.id`
 // trip and one commit. A held head is returned unlocked (the statement
 // commits): its batch needs the claim transaction.
 //
-// Cheaper per call than claimBatchSQL's shape (pg_stat_statements, issue
-// 11): the rest's walk starts after the head in the index (the head's row
-// and any locked rows before it are not read twice); a job of a leased kind
-// does not probe the attempts table (leasedClaimableSQL); and the rows are
-// updated through the ctids the walks locked (a TID scan, no second probe
-// of the primary key: a locked row keeps its ctid until this statement
-// updates it).
+// Cheaper per call than claimBatchSQL's shape (pg_stat_statements and
+// auto_explain, issue 11):
+//   - The rows are updated through the ctids the walks locked, joined
+//     (a TID scan per row, no second probe of the primary key: a locked row
+//     keeps its ctid until this statement updates it). The join only works
+//     if the planner expects few rows: the rest walks the priorities as an
+//     array (ps), which it estimates at a tenth of the rows it expects of
+//     the recursive CTE p. With p, or with ctid = ANY(ARRAY(...)), a generic
+//     plan cached while the table was small scanned the whole table for
+//     every claim (40 of a one-job claim's 56 buffers in the latency bench).
+//   - The rest's walk starts after the head in the index: the head's row
+//     and any locked rows before it are not read twice.
+//   - A job of a leased kind does not probe the attempts table
+//     (leasedClaimableSQL).
 func claimLeasedSQL(t tables, from, after string) string {
 	jobs := t.jobs
 	const cols = `j.id, j.ctid AS tid, j.priority, j.run_after, j.kind = ANY($4::text[]) AS leased`
 	return `
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
-	` + walkSQL(jobs, leasedClaimableSQL(t.attempts), cols, after, "1") + `
+	` + walkSQL(jobs, "p", "", leasedClaimableSQL(t.attempts), cols, after, "1") + `
+), ps AS (
+	SELECT pg_catalog.array_agg(p.priority ORDER BY p.priority) AS ps FROM p WHERE p.priority IS NOT NULL
 ), rest AS (
-	SELECT r.tid FROM head h, LATERAL (
-	` + walkSQL(jobs, leasedOnlySQL, `j.ctid AS tid`, after+`
-		  AND h.leased AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
+	SELECT r.tid FROM head h, ps, LATERAL (
+	` + walkSQL(jobs, "pg_catalog.unnest(ps.ps) AS p(priority)", "AND h.leased AND p.priority >= h.priority",
+		leasedOnlySQL, `j.ctid AS tid`, after+`
+		  AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
 		`(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
 ), s AS (
 	UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
 		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-	WHERE j.ctid = ANY(ARRAY(SELECT tid FROM head WHERE leased UNION ALL SELECT tid FROM rest)) AND ` + stateIs("j.state", "pending") + `
+	FROM (SELECT tid FROM head WHERE leased UNION ALL SELECT tid FROM rest) c
+	WHERE j.ctid = c.tid AND ` + stateIs("j.state", "pending") + `
 	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started
 ), ev AS (
 	INSERT INTO ` + t.events + ` (job_id, type, queue, kind, attempt)
@@ -439,16 +450,17 @@ SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM
 ORDER BY priority, run_after, id`
 }
 
-// walkSQL is claimWalkSQL with the claim condition claimable and the
-// conditions cond (the cursor's among them).
-func walkSQL(jobs, claimable, cols, cond, limit string) string {
-	return `SELECT x.* FROM p, LATERAL (
+// walkSQL is claimWalkSQL over the priorities src (a from item that names
+// them p(priority); srcCond: more conditions on them), with the claim
+// condition claimable and the conditions cond (the cursor's among them).
+func walkSQL(jobs, src, srcCond, claimable, cols, cond, limit string) string {
+	return `SELECT x.* FROM ` + src + `, LATERAL (
 		SELECT ` + cols + ` FROM ` + jobs + ` j
 		WHERE ` + claimable + ` AND j.priority = p.priority ` + cond + `
 		ORDER BY j.run_after, j.id
 		LIMIT ` + limit + `
 		FOR UPDATE OF j SKIP LOCKED) x
-	WHERE p.priority IS NOT NULL
+	WHERE p.priority IS NOT NULL ` + srcCond + `
 	LIMIT ` + limit
 }
 
