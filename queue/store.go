@@ -363,7 +363,7 @@ func prioritiesSQL(jobs, from string) string {
 // scan of the claim index per priority. The outer LIMIT stops the loop as
 // soon as limit rows are locked, so no row is locked that is not returned.
 func claimWalkSQL(jobs, attempts, cols, cond, after, limit string) string {
-	return walkSQL(jobs, "p", "", claimableSQL(attempts), cols, after+cond, limit)
+	return walkSQL(jobs, claimableSQL(attempts), cols, after+cond, limit)
 }
 
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor
@@ -408,14 +408,17 @@ ORDER BY j.priority, j.run_after, j.id`
 //
 // Cheaper per call than claimBatchSQL's shape (pg_stat_statements and
 // auto_explain, issue 11):
-//   - The rows are updated through the ctids the walks locked, joined
-//     (a TID scan per row, no second probe of the primary key: a locked row
-//     keeps its ctid until this statement updates it). The join only works
-//     if the planner expects few rows: the rest walks the priorities as an
-//     array (ps), which it estimates at a tenth of the rows it expects of
-//     the recursive CTE p. With p, or with ctid = ANY(ARRAY(...)), a generic
-//     plan cached while the table was small scanned the whole table for
-//     every claim (40 of a one-job claim's 56 buffers in the latency bench).
+//   - The rows are started through the ctids the walks locked (a TID scan:
+//     no second probe of the primary key; a locked row keeps its ctid until
+//     this statement updates it). The head is started on its own (s1,
+//     ctid = one value): the planner expects one row and probes it, in a
+//     generic plan too. The rest (s2, ctid = ANY, ten rows expected) runs
+//     only when there is a rest; its generic plan, cached while the table
+//     was small, may scan the table instead, as the primary-key probe of
+//     the whole set did for every claim (40 of a one-job claim's 56 buffers
+//     in the latency bench). A join on the ctids avoided that for the rest
+//     too, but cost more CPU than it saved (about a third more per claim of
+//     50 jobs).
 //   - The rest's walk starts after the head in the index: the head's row
 //     and any locked rows before it are not read twice.
 //   - A job of a leased kind does not probe the attempts table
@@ -425,21 +428,18 @@ func claimLeasedSQL(t tables, from, after string) string {
 	const cols = `j.id, j.ctid AS tid, j.priority, j.run_after, j.kind = ANY($4::text[]) AS leased`
 	return `
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
-	` + walkSQL(jobs, "p", "", leasedClaimableSQL(t.attempts), cols, after, "1") + `
-), ps AS (
-	SELECT pg_catalog.array_agg(p.priority ORDER BY p.priority) AS ps FROM p WHERE p.priority IS NOT NULL
+	` + walkSQL(jobs, leasedClaimableSQL(t.attempts), cols, after, "1") + `
 ), rest AS (
-	SELECT r.tid FROM head h, ps, LATERAL (
-	` + walkSQL(jobs, "pg_catalog.unnest(ps.ps) AS p(priority)", "AND h.leased AND p.priority >= h.priority",
-		leasedOnlySQL, `j.ctid AS tid`, after+`
-		  AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
+	SELECT r.tid FROM head h, LATERAL (
+	` + walkSQL(jobs, leasedOnlySQL, `j.ctid AS tid`, after+`
+		  AND h.leased AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
 		`(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
+), s1 AS (
+	` + startLeasedSQL(jobs, `j.ctid = (SELECT tid FROM head WHERE leased)`) + `
+), s2 AS (
+	` + startLeasedSQL(jobs, `j.ctid = ANY(ARRAY(SELECT tid FROM rest)) AND (SELECT count(*) FROM rest) > 0`) + `
 ), s AS (
-	UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
-		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-	FROM (SELECT tid FROM head WHERE leased UNION ALL SELECT tid FROM rest) c
-	WHERE j.ctid = c.tid AND ` + stateIs("j.state", "pending") + `
-	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started
+	SELECT * FROM s1 UNION ALL SELECT * FROM s2
 ), ev AS (
 	INSERT INTO ` + t.events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'started', queue, kind, attempts + 1 FROM s ORDER BY id
@@ -450,17 +450,25 @@ SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM
 ORDER BY priority, run_after, id`
 }
 
-// walkSQL is claimWalkSQL over the priorities src (a from item that names
-// them p(priority); srcCond: more conditions on them), with the claim
-// condition claimable and the conditions cond (the cursor's among them).
-func walkSQL(jobs, src, srcCond, claimable, cols, cond, limit string) string {
-	return `SELECT x.* FROM ` + src + `, LATERAL (
+// startLeasedSQL marks the pending jobs that meet cond running under a
+// lease of $2 µs owned by $3, and returns them as claimLeasedSQL does.
+func startLeasedSQL(jobs, cond string) string {
+	return `UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
+		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	WHERE ` + cond + ` AND ` + stateIs("j.state", "pending") + `
+	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started`
+}
+
+// walkSQL is claimWalkSQL with the claim condition claimable and the
+// conditions cond (the cursor's among them).
+func walkSQL(jobs, claimable, cols, cond, limit string) string {
+	return `SELECT x.* FROM p, LATERAL (
 		SELECT ` + cols + ` FROM ` + jobs + ` j
 		WHERE ` + claimable + ` AND j.priority = p.priority ` + cond + `
 		ORDER BY j.run_after, j.id
 		LIMIT ` + limit + `
 		FOR UPDATE OF j SKIP LOCKED) x
-	WHERE p.priority IS NOT NULL ` + srcCond + `
+	WHERE p.priority IS NOT NULL
 	LIMIT ` + limit
 }
 
