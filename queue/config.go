@@ -35,7 +35,14 @@ func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, job *Job) error { re
 // QueueConfig configures the workers of one queue.
 type QueueConfig struct {
 	// MaxWorkers is how many jobs of this queue run at once in this client.
-	// Default 10.
+	// Default 10, in both modes. A leased job's handler holds no pool
+	// connection, so a queue of leased kinds can run many more (with
+	// AllowSmallPool the pool need not grow with it), and a backlog drains
+	// faster with more: each leased claim takes at most the free slots and
+	// costs a commit. The default does not grow for leased kinds, because
+	// they are also the long and heavy ones (encodes, report builds) that
+	// must not start 100 at once unasked; River too asks for the number
+	// (its QueueConfig.MaxWorkers has no default). Set it for leased queues.
 	MaxWorkers int
 }
 

@@ -228,6 +228,55 @@ func TestClaimLeasedStartsInOneStatement(t *testing.T) {
 	require.Equal(t, 3, pending, "a held head starts nothing")
 }
 
+// A leased claim does not look up attempt records for jobs of leased kinds
+// (leased claims write none): a record left by a client that ran the kind in
+// held mode and lost the attempt does not hold the job back; the claim
+// counts a new attempt and the record, now stale, is pruned. A held job with
+// such a record is still left to claimRecovered: it is neither the head nor
+// started.
+func TestClaimLeasedIgnoresAttemptRecordsOfLeasedKinds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema, jobs := flatSchema(t, pool)
+	attempts := sqlident.Quote(schema, "attempts")
+	// Claim order 1, 2, 3: 1 is held with a lost attempt, 2 is leased with
+	// one, 3 is leased without.
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (id, queue, kind, run_after)
+		SELECT i, 'q', CASE WHEN i = 1 THEN 'held' ELSE 'lease' END, now() - interval '1 minute' + i * interval '1 second'
+		FROM generate_series(1, 3) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+attempts+` (job_id, queue, attempt, batch, client_id) VALUES (1, 'q', 1, 1, 'gone'), (2, 'q', 1, 1, 'gone')`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	rows, err := pool.Query(ctx, s.claimLeased, "q", float64(time.Minute.Microseconds()), "w", []string{"lease"}, 8)
+	require.NoError(t, err)
+	var ids []int64
+	for rows.Next() {
+		vals, err := rows.Values()
+		require.NoError(t, err)
+		require.True(t, vals[len(vals)-1].(bool), "started")
+		ids = append(ids, vals[0].(int64))
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []int64{2, 3}, ids)
+	var running int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs+` WHERE id IN (2, 3) AND state = 'running' AND attempts = 1`).Scan(&running))
+	require.Equal(t, 2, running)
+	_, err = pool.Exec(ctx, s.pruneStarts)
+	require.NoError(t, err)
+	var left []int64
+	rows, err = pool.Query(ctx, `SELECT job_id FROM `+attempts+` ORDER BY job_id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		left = append(left, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []int64{1}, left, "the held job's record stays for claimRecovered; the leased job's is pruned")
+}
+
 // Retention makes progress under a 50 ms statement_timeout with 200,000
 // failed jobs kept inside their 7-day window: each state is deleted with its
 // own cutoff, and a batch reads the rows it deletes, not the rows kept

@@ -150,3 +150,70 @@ func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	require.Contains(t, planned, "jobs_pkey", planned)
 	require.NotContains(t, planned, "Seq Scan on jobs", planned)
 }
+
+// The leased claim starts the head job through its ctid (a TID scan), even
+// in a generic plan built while the table's statistics say it is empty and
+// it holds 2,000 jobs; the start of the rest (ctid = ANY) does not run when
+// there is no rest. With the whole set compared to ANY(ARRAY(...)) (ten rows
+// expected), that plan scanned the whole table for every claim (40 of a
+// one-job claim's 56 buffers in bench/peers' latency mode, auto_explain).
+func TestClaimLeasedProbesTheLockedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	jobs := sqlident.Quote(schema, "jobs")
+	_, err = pool.Exec(ctx, `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
+		SELECT 'q', 'lease', '{}', CASE WHEN i <= 2000 THEN 'succeeded' ELSE 'pending' END, CASE WHEN i <= 2000 THEN now() END
+		FROM generate_series(1, 2001) i`)
+	require.NoError(t, err)
+
+	// A connection of its own: the prepared statement and the setting stay
+	// off the pool.
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	for name, sql := range map[string]string{"claimLeased": s.claimLeased, "claimLeasedAfter": s.claimLeasedAfter} {
+		_, err = conn.Exec(ctx, `PREPARE p AS `+sql)
+		require.NoError(t, err, name)
+		args := `'q', 1000, 'w', '{lease}'::text[], 8`
+		if name == "claimLeasedAfter" {
+			args += `, 0::smallint, '-infinity'::timestamptz, 0::bigint`
+		}
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err, name)
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) EXECUTE p(`+args+`)`)
+		require.NoError(t, err, name)
+		var lines []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			lines = append(lines, l)
+		}
+		require.NoError(t, rows.Err())
+		rollback(tx)
+		text := strings.Join(lines, "\n")
+		tidScans := 0
+		for _, l := range lines {
+			switch {
+			case strings.Contains(l, "Tid Scan on jobs"):
+				require.Contains(t, l, "(actual rows=1 loops=1)", "%s: the head, started:\n%s", name, text)
+				tidScans++
+			case strings.Contains(l, "Seq Scan"):
+				require.Contains(t, l, "never executed", "%s:\n%s", name, text)
+			}
+		}
+		require.Equal(t, 1, tidScans, "%s:\n%s", name, text)
+		_, err = conn.Exec(ctx, `DEALLOCATE p`)
+		require.NoError(t, err)
+	}
+}

@@ -363,14 +363,7 @@ func prioritiesSQL(jobs, from string) string {
 // scan of the claim index per priority. The outer LIMIT stops the loop as
 // soon as limit rows are locked, so no row is locked that is not returned.
 func claimWalkSQL(jobs, attempts, cols, cond, after, limit string) string {
-	return `SELECT x.* FROM p, LATERAL (
-		SELECT ` + cols + ` FROM ` + jobs + ` j
-		WHERE ` + claimableSQL(attempts) + ` AND j.priority = p.priority ` + after + cond + `
-		ORDER BY j.run_after, j.id
-		LIMIT ` + limit + `
-		FOR UPDATE OF j SKIP LOCKED) x
-	WHERE p.priority IS NOT NULL
-	LIMIT ` + limit
+	return walkSQL(jobs, claimableSQL(attempts), cols, after+cond, limit)
 }
 
 // claimPlainSQL locks up to limit due jobs in claim order, after the cursor
@@ -412,21 +405,41 @@ ORDER BY j.priority, j.run_after, j.id`
 // marked running, in the same statement, so a leased claim is one round
 // trip and one commit. A held head is returned unlocked (the statement
 // commits): its batch needs the claim transaction.
+//
+// Cheaper per call than claimBatchSQL's shape (pg_stat_statements and
+// auto_explain, issue 11):
+//   - The rows are started through the ctids the walks locked (a TID scan:
+//     no second probe of the primary key; a locked row keeps its ctid until
+//     this statement updates it). The head is started on its own (s1,
+//     ctid = one value): the planner expects one row and probes it, in a
+//     generic plan too. The rest (s2, ctid = ANY, ten rows expected) runs
+//     only when there is a rest; its generic plan, cached while the table
+//     was small, may scan the table instead, as the primary-key probe of
+//     the whole set did for every claim (40 of a one-job claim's 56 buffers
+//     in the latency bench). A join on the ctids avoided that for the rest
+//     too, but cost more CPU than it saved (about a third more per claim of
+//     50 jobs).
+//   - The rest's walk starts after the head in the index: the head's row
+//     and any locked rows before it are not read twice.
+//   - A job of a leased kind does not probe the attempts table
+//     (leasedClaimableSQL).
 func claimLeasedSQL(t tables, from, after string) string {
 	jobs := t.jobs
+	const cols = `j.id, j.ctid AS tid, j.priority, j.run_after, j.kind = ANY($4::text[]) AS leased`
 	return `
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
-	` + claimWalkSQL(jobs, t.attempts, `j.id, j.kind = ANY($4::text[]) AS leased`, "", after, "1") + `
+	` + walkSQL(jobs, leasedClaimableSQL(t.attempts), cols, after, "1") + `
 ), rest AS (
-	SELECT r.id FROM head h, LATERAL (
-	` + claimWalkSQL(jobs, t.attempts, `j.id`, `
-		  AND h.leased AND j.id <> h.id AND j.kind = ANY($4::text[])`,
-		after, `(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
+	SELECT r.tid FROM head h, LATERAL (
+	` + walkSQL(jobs, leasedOnlySQL, `j.ctid AS tid`, after+`
+		  AND h.leased AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
+		`(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
+), s1 AS (
+	` + startLeasedSQL(jobs, `j.ctid = (SELECT tid FROM head WHERE leased)`) + `
+), s2 AS (
+	` + startLeasedSQL(jobs, `j.ctid = ANY(ARRAY(SELECT tid FROM rest)) AND (SELECT count(*) FROM rest) > 0`) + `
 ), s AS (
-	UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
-		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-	WHERE j.id = ANY(ARRAY(SELECT id FROM head WHERE leased UNION ALL SELECT id FROM rest)) AND ` + stateIs("j.state", "pending") + `
-	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started
+	SELECT * FROM s1 UNION ALL SELECT * FROM s2
 ), ev AS (
 	INSERT INTO ` + t.events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'started', queue, kind, attempts + 1 FROM s ORDER BY id
@@ -435,6 +448,45 @@ SELECT * FROM s
 UNION ALL
 SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM head WHERE NOT leased)
 ORDER BY priority, run_after, id`
+}
+
+// startLeasedSQL marks the pending jobs that meet cond running under a
+// lease of $2 µs owned by $3, and returns them as claimLeasedSQL does.
+func startLeasedSQL(jobs, cond string) string {
+	return `UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
+		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	WHERE ` + cond + ` AND ` + stateIs("j.state", "pending") + `
+	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started`
+}
+
+// walkSQL is claimWalkSQL with the claim condition claimable and the
+// conditions cond (the cursor's among them).
+func walkSQL(jobs, claimable, cols, cond, limit string) string {
+	return `SELECT x.* FROM p, LATERAL (
+		SELECT ` + cols + ` FROM ` + jobs + ` j
+		WHERE ` + claimable + ` AND j.priority = p.priority ` + cond + `
+		ORDER BY j.run_after, j.id
+		LIMIT ` + limit + `
+		FOR UPDATE OF j SKIP LOCKED) x
+	WHERE p.priority IS NOT NULL
+	LIMIT ` + limit
+}
+
+// leasedOnlySQL is the claim condition of the jobs a leased claim takes
+// after its head: due jobs of leased kinds ($4), whatever attempt record
+// they have (see leasedClaimableSQL).
+const leasedOnlySQL = `j.state = 'pending' AND j.queue = $1 AND j.run_after <= now() AND j.kind = ANY($4::text[])`
+
+// leasedClaimableSQL is claimableSQL for the leased claim: a job of a
+// leased kind ($4) is claimable whatever attempt record it has. Leased
+// claims write no attempt records (the claim counts the attempt), so such a
+// record can only be left by a client that ran the kind in held mode and
+// lost the attempt; the leased claim counts a new attempt, and the record,
+// now stale (its attempt is not above the job's), is pruned. Only jobs of
+// held kinds probe the attempts table (the OR is evaluated left to right).
+func leasedClaimableSQL(attempts string) string {
+	return `j.state = 'pending' AND j.queue = $1 AND j.run_after <= now()
+	AND (j.kind = ANY($4::text[]) OR NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id AND a.attempt > j.attempts))`
 }
 
 // deleteFinishedSQL deletes up to $3 jobs of state $1 that finished more
