@@ -137,3 +137,22 @@ func TestStartSurvivesClosedPoolConnections(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx))
 	require.NoError(t, e.c.Stop(ctx))
 }
+
+// Start opens the connections the held workers will hold (one per worker
+// and one per queue), so the first jobs after a start do not wait while
+// the pool opens them; it leaves one of the pool's free.
+func TestStartOpensTheWorkersConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 4}, "other": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	require.Less(t, e.pool.Stat().TotalConns(), int32(4), "the pool starts nearly empty")
+	require.NoError(t, e.c.Start(ctx))
+	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
+	// 4 + 1 and 2 + 1: the workers' and the claims' connections.
+	require.GreaterOrEqual(t, e.pool.Stat().TotalConns(), int32(8))
+}
