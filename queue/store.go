@@ -256,8 +256,7 @@ func (s *statements) leasedStatements(t tables) {
 		"AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
 	s.startLeased = `
 WITH j AS (
-	UPDATE ` + jobs + ` SET state = 'running', attempts = attempts + 1, leased_by = $3::text,
-		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	UPDATE ` + jobs + ` j SET ` + startLeaseSet + `
 	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "pending") + `
 	RETURNING id, queue, kind, attempts
 ), ev AS (
@@ -450,11 +449,15 @@ SELECT ` + claimCols + `, false FROM ` + jobs + ` j WHERE j.id = (SELECT id FROM
 ORDER BY priority, run_after, id`
 }
 
+// startLeaseSet starts a pending job (aliased j) under a lease of $2 µs
+// owned by client $3, attempt counted: the SET of every leased start.
+const startLeaseSet = `state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
+		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'`
+
 // startLeasedSQL marks the pending jobs that meet cond running under a
 // lease of $2 µs owned by $3, and returns them as claimLeasedSQL does.
 func startLeasedSQL(jobs, cond string) string {
-	return `UPDATE ` + jobs + ` j SET state = 'running', attempts = j.attempts + 1, leased_by = $3::text,
-		lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	return `UPDATE ` + jobs + ` j SET ` + startLeaseSet + `
 	WHERE ` + cond + ` AND ` + stateIs("j.state", "pending") + `
 	RETURNING ` + claimColsAt("j.attempts - 1") + `, true AS started`
 }
