@@ -156,3 +156,21 @@ func TestStartOpensTheWorkersConnections(t *testing.T) {
 	// 4 + 1 and 2 + 1: the workers' and the claims' connections.
 	require.GreaterOrEqual(t, e.pool.Stat().TotalConns(), int32(8))
 }
+
+// A client whose kinds are all leased holds no connection while handlers
+// run: Start opens none for its workers.
+func TestStartOpensNoConnectionsForLeasedWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	require.NoError(t, e.c.Start(ctx))
+	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
+	require.Less(t, e.pool.Stat().TotalConns(), int32(5))
+}
