@@ -65,6 +65,7 @@ func BenchmarkEnqueueUniqueKey(b *testing.B) {
 	}{
 		{"kind_scope", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k} }},
 		{"queue_scope", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniqueScope: queue.UniqueByQueue} }},
+		{"hold_pending", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniqueHold: queue.UniqueHoldPending} }},
 		{"hold_succeeded", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniqueHold: queue.UniqueHoldSucceeded} }},
 		{"period", func(k string) queue.NewJob { return queue.NewJob{UniqueKey: k, UniquePeriod: time.Hour} }},
 		{"duplicate", func(string) queue.NewJob { return queue.NewJob{UniqueKey: "held"} }},
