@@ -3,6 +3,7 @@ package otelpgwake_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -162,4 +163,116 @@ func TestNoProviderPassesTheCallersContextOn(t *testing.T) {
 	j, err := c.JobGet(context.Background(), res.ID)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, j.Metadata)
+}
+
+// spanOf is the one span named name about job id.
+func spanOf(t *testing.T, spans []sdktrace.ReadOnlySpan, name string, id int64) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range byName(spans, name) {
+		if slices.Contains(s.Attributes(), otelpgwake.AttrJobID.Int64(id)) {
+			out = append(out, s)
+		}
+	}
+	require.Len(t, out, 1, "%s spans of job %d", name, id)
+	return out[0]
+}
+
+// The completion span records each outcome, in held and in leased mode: a
+// job failed for good (pgwake.job.state=failed) and a cancelled one
+// (cancelled), each with the error on its work span and an unset status on
+// its completion span, since the write succeeded; a write that fails (held:
+// the batch's COMMIT, through a deferred constraint the handler broke;
+// leased: the lease another worker's name replaced) ends its completion
+// span with status error and no state, and in held mode the failure then
+// recorded on its own is a second completion span that records the retry.
+func TestCompletionSpanRecordsOutcome(t *testing.T) {
+	t.Parallel()
+	for _, leased := range []bool{false, true} {
+		name := map[bool]string{false: "held", true: "leased"}[leased]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			completionOutcomes(t, leased)
+		})
+	}
+}
+
+func completionOutcomes(t *testing.T, leased bool) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx := context.Background()
+	pool := pgwaketest.Pool(t)
+	var schema string
+	cfg := queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {}},
+		Hooks:  otelpgwake.Hooks(otelpgwake.Config{TracerProvider: tp}),
+		Handlers: map[string]queue.Handler{
+			"fail": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return errors.New("bad input") }),
+			"drop": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+				return queue.Cancel(errors.New("customer deleted"))
+			}),
+			"lost": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+				if leased { // the lease is no longer this worker's
+					_, err := pool.Exec(ctx, `UPDATE `+schema+`.jobs SET leased_by = 'another worker' WHERE id = $1`, j.ID)
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.deferred VALUES (1)`) // fails at COMMIT
+				return err
+			}),
+		},
+	}
+	if leased {
+		cfg.LeasedKinds = []string{"fail", "drop", "lost"}
+	}
+	c := pgwaketest.NewClient(t, pool, cfg)
+	schema = c.Schema()
+	_, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.deferred (k int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+schema+`.deferred VALUES (1)`)
+	require.NoError(t, err)
+
+	ids := map[string]int64{}
+	for _, kind := range []string{"fail", "drop", "lost"} {
+		attempts := map[string]int{"fail": 1, "drop": 1, "lost": 2}[kind]
+		res, err := c.Enqueue(ctx, queue.NewJob{Kind: kind, MaxAttempts: attempts})
+		require.NoError(t, err)
+		ids[kind] = res.ID
+		id, ok := pgwaketest.WorkOne(t, c)
+		require.True(t, ok)
+		require.Equal(t, res.ID, id)
+	}
+	pgwaketest.RequireState(t, c, ids["fail"], queue.StateFailed)
+	pgwaketest.RequireState(t, c, ids["drop"], queue.StateCancelled)
+	spans := sr.Ended()
+
+	for kind, want := range map[string]queue.JobState{"fail": queue.StateFailed, "drop": queue.StateCancelled} {
+		work, done := spanOf(t, spans, otelpgwake.SpanWork, ids[kind]), spanOf(t, spans, otelpgwake.SpanComplete, ids[kind])
+		require.Equal(t, codes.Error, work.Status().Code, kind)
+		require.Contains(t, done.Attributes(), otelpgwake.AttrState.String(string(want)), kind)
+		require.Equal(t, codes.Unset, done.Status().Code, "%s: the write succeeded", kind)
+		require.Contains(t, done.Attributes(), otelpgwake.AttrKind.String(kind))
+		require.Equal(t, trace.SpanKindClient, done.SpanKind())
+	}
+
+	var lost []sdktrace.ReadOnlySpan
+	for _, s := range byName(spans, otelpgwake.SpanComplete) {
+		if slices.Contains(s.Attributes(), otelpgwake.AttrJobID.Int64(ids["lost"])) {
+			lost = append(lost, s)
+		}
+	}
+	require.NotEmpty(t, lost)
+	require.Equal(t, codes.Error, lost[0].Status().Code, "the write of the outcome failed")
+	require.NotEmpty(t, lost[0].Events(), "the error is recorded as an event")
+	for _, kv := range lost[0].Attributes() {
+		require.NotEqual(t, otelpgwake.AttrState, kv.Key, "a failed write records no state")
+	}
+	if leased {
+		require.Len(t, lost, 1)
+		require.Contains(t, lost[0].Status().Description, queue.ErrLeaseLost.Error())
+		return
+	}
+	require.Len(t, lost, 2, "the commit's failure, then the attempt's failure recorded on its own")
+	require.Contains(t, lost[0].Status().Description, "commit")
+	require.Equal(t, codes.Unset, lost[1].Status().Code)
+	require.Contains(t, lost[1].Attributes(), otelpgwake.AttrState.String(string(queue.StatePending)))
+	pgwaketest.RequireState(t, c, ids["lost"], queue.StatePending)
 }
