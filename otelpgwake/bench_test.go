@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -82,5 +83,48 @@ func BenchmarkHooks(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkJobPaired is one job's whole path (Enqueue, then WorkOne: its
+// claim, handler and the write of its outcome) with each setup in the same
+// op, on a schema each, in rotating order and timed apart, so a shared
+// machine's drift falls on all three alike. It reports each setup's mean
+// (none-ns, noop-ns, sdk-ns) and the ratios noop/none and sdk/none: what
+// the four hooks add to a job, as a fraction of the job's own cost.
+func BenchmarkJobPaired(b *testing.B) {
+	cases := hookCases()
+	clients := make([]*queue.Client, len(cases))
+	for i, hc := range cases {
+		clients[i] = pgwaketest.NewClient(b, pgwaketest.Pool(b), queue.Config{
+			Hooks: hc.hooks,
+			Handlers: map[string]queue.Handler{"bench": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+				return nil
+			})},
+		})
+	}
+	ctx := context.Background()
+	job := queue.NewJob{Kind: "bench", Payload: map[string]int{"n": 1}}
+	spent := make([]time.Duration, len(cases))
+	n := 0
+	for b.Loop() {
+		for k := range cases {
+			i := (n + k) % len(cases)
+			t0 := time.Now()
+			if _, err := clients[i].Enqueue(ctx, job); err != nil {
+				b.Fatal(err)
+			}
+			if _, ok, err := clients[i].WorkOne(ctx); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			spent[i] += time.Since(t0)
+		}
+		n++
+	}
+	for i, hc := range cases {
+		b.ReportMetric(float64(spent[i].Nanoseconds())/float64(n), hc.name+"-ns")
+		if i > 0 {
+			b.ReportMetric(spent[i].Seconds()/spent[0].Seconds(), hc.name+"/none")
+		}
 	}
 }
