@@ -31,8 +31,9 @@ const (
 	AttrQueue   = attribute.Key("pgwake.job.queue")
 	AttrAttempt = attribute.Key("pgwake.job.attempt")
 	AttrJobs    = attribute.Key("pgwake.enqueue.jobs")
-	AttrClaimed = attribute.Key("pgwake.claim.jobs") // jobs in the claimed batch
-	AttrState   = attribute.Key("pgwake.job.state")  // the state the completion recorded
+	AttrClaimed = attribute.Key("pgwake.claim.jobs")  // jobs in the claimed batch
+	AttrState   = attribute.Key("pgwake.job.state")   // the state the completion recorded
+	AttrSnoozed = attribute.Key("pgwake.job.snoozed") // true on a work span whose handler snoozed the job
 )
 
 // Config says where spans go and how their context travels with a job.
@@ -121,13 +122,20 @@ func (t *tracer) claimed(ctx context.Context, jobs []*queue.Job, began time.Time
 }
 
 // work starts the consumer span, a child of the enqueue span stored with
-// the job.
+// the job. A snooze (queue.Snooze) is not a failure: it ends the span with
+// AttrSnoozed and no error status.
 func (t *tracer) work(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
 	ctx, span := t.start(ctx, SpanWork, j, consumer)
 	if !span.IsRecording() {
 		return ctx, nil // ending it would do nothing
 	}
-	return ctx, func(err error) { end(span, err) }
+	return ctx, func(err error) {
+		if err != nil && queue.IsSnooze(err) {
+			span.SetAttributes(AttrSnoozed.Bool(true))
+			err = nil
+		}
+		end(span, err)
+	}
 }
 
 // complete starts the span of an outcome's write, a child of the job's

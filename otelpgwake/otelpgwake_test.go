@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -181,7 +182,8 @@ func spanOf(t *testing.T, spans []sdktrace.ReadOnlySpan, name string, id int64) 
 // The completion span records each outcome, in held and in leased mode: a
 // job failed for good (pgwake.job.state=failed) and a cancelled one
 // (cancelled), each with the error on its work span and an unset status on
-// its completion span, since the write succeeded; a write that fails (held:
+// its completion span, since the write succeeded; a snoozed one (pending),
+// with no error on either span and pgwake.job.snoozed on its work span; a write that fails (held:
 // the batch's COMMIT, through a deferred constraint the handler broke;
 // leased: the lease another worker's name replaced) ends its completion
 // span with status error and no state, and in held mode the failure then
@@ -212,6 +214,7 @@ func completionOutcomes(t *testing.T, leased bool) {
 			"drop": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
 				return queue.Cancel(errors.New("customer deleted"))
 			}),
+			"nap": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return queue.Snooze(time.Hour) }),
 			"lost": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 				if leased { // the lease is no longer this worker's
 					_, err := pool.Exec(ctx, `UPDATE `+schema+`.jobs SET leased_by = 'another worker' WHERE id = $1`, j.ID)
@@ -223,7 +226,7 @@ func completionOutcomes(t *testing.T, leased bool) {
 		},
 	}
 	if leased {
-		cfg.LeasedKinds = []string{"fail", "drop", "lost"}
+		cfg.LeasedKinds = []string{"fail", "drop", "nap", "lost"}
 	}
 	c := pgwaketest.NewClient(t, pool, cfg)
 	schema = c.Schema()
@@ -231,8 +234,8 @@ func completionOutcomes(t *testing.T, leased bool) {
 	require.NoError(t, err)
 
 	ids := map[string]int64{}
-	for _, kind := range []string{"fail", "drop", "lost"} {
-		attempts := map[string]int{"fail": 1, "drop": 1, "lost": 2}[kind]
+	for _, kind := range []string{"fail", "drop", "nap", "lost"} {
+		attempts := map[string]int{"fail": 1, "drop": 1, "nap": 1, "lost": 2}[kind]
 		res, err := c.Enqueue(ctx, queue.NewJob{Kind: kind, MaxAttempts: attempts})
 		require.NoError(t, err)
 		ids[kind] = res.ID
@@ -242,7 +245,17 @@ func completionOutcomes(t *testing.T, leased bool) {
 	}
 	pgwaketest.RequireState(t, c, ids["fail"], queue.StateFailed)
 	pgwaketest.RequireState(t, c, ids["drop"], queue.StateCancelled)
+	pgwaketest.RequireState(t, c, ids["nap"], queue.StatePending)
 	spans := sr.Ended()
+
+	// A snooze is no failure: no error status, the snooze said, the job
+	// pending again.
+	nap, napDone := spanOf(t, spans, otelpgwake.SpanWork, ids["nap"]), spanOf(t, spans, otelpgwake.SpanComplete, ids["nap"])
+	require.Equal(t, codes.Unset, nap.Status().Code)
+	require.Empty(t, nap.Events())
+	require.Contains(t, nap.Attributes(), otelpgwake.AttrSnoozed.Bool(true))
+	require.Contains(t, napDone.Attributes(), otelpgwake.AttrState.String(string(queue.StatePending)))
+	require.Equal(t, codes.Unset, napDone.Status().Code)
 
 	for kind, want := range map[string]queue.JobState{"fail": queue.StateFailed, "drop": queue.StateCancelled} {
 		work, done := spanOf(t, spans, otelpgwake.SpanWork, ids[kind]), spanOf(t, spans, otelpgwake.SpanComplete, ids[kind])
