@@ -32,7 +32,11 @@ type JobInfo struct {
 	// UniqueHoldPending, UniqueHoldSucceeded, or UniqueHoldPeriod for a job
 	// enqueued with a UniquePeriod); empty when the job has no unique key.
 	UniqueHold UniqueHold `json:"unique_hold,omitempty"`
-	LastError  string     `json:"last_error,omitempty"`
+	// HeldUntil is, for a job enqueued with a UniquePeriod, when its
+	// period ends (past: it has ended); nil otherwise, and once retention
+	// deleted the ended period's record or a later job took the key.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
+	LastError string     `json:"last_error,omitempty"`
 	// Metadata is the job's metadata as its handler gets it (Job.Metadata,
 	// e.g. a trace context); nil when it has none. A value that is not a
 	// JSON object of strings (written by hand through the SQL API) reads as
@@ -154,7 +158,7 @@ func scanJobInfo(row pgx.Row, j *JobInfo, extra ...any) error {
 	var prio int16
 	var meta *string
 	dest := append([]any{&j.ID, &j.Queue, &j.Kind, &j.State, &prio, &j.Attempts, &j.MaxAttempts, &j.RunAfter,
-		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.UniqueScope, &j.UniqueHold, &j.LastError, &meta}, extra...)
+		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.UniqueScope, &j.UniqueHold, &j.LastError, &meta, &j.HeldUntil}, extra...)
 	err := row.Scan(dest...)
 	j.Priority = int(prio)
 	if err == nil && meta != nil && json.Unmarshal([]byte(*meta), &j.Metadata) != nil {

@@ -389,7 +389,8 @@ func TestWatchEventsNotifies(t *testing.T) {
 }
 
 // JobGet and JobList report a job's unique scope and hold (the defaults
-// spelled out, period for a UniquePeriod, none without a key) and its
+// spelled out, period for a UniquePeriod, none without a key), for a
+// period its end (the one a duplicate is told, in each scope), and its
 // metadata.
 func TestJobInfoUniqueAndMetadata(t *testing.T) {
 	t.Parallel()
@@ -423,8 +424,49 @@ func TestJobInfoUniqueAndMetadata(t *testing.T) {
 		require.Equal(t, r.ID, listed.ID)
 		for _, got := range []queue.JobInfo{j, listed} {
 			require.Equal(t, wants[i], want{got.UniqueScope, got.UniqueHold, got.Metadata}, "job %d", i)
+			if i != 3 {
+				require.Nil(t, got.HeldUntil, "job %d", i)
+			}
 		}
 	}
+
+	// The period's end is the one a duplicate is told.
+	dup, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", UniqueKey: "c", UniquePeriod: time.Hour})
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.Equal(t, res[3].ID, dup.ID)
+	j, err := e.c.JobGet(ctx, res[3].ID)
+	require.NoError(t, err)
+	require.NotNil(t, j.HeldUntil)
+	require.True(t, dup.HeldUntil.Equal(*j.HeldUntil), "%s, %s", dup.HeldUntil, j.HeldUntil)
+	page, err = e.c.JobList(ctx, queue.JobListParams{})
+	require.NoError(t, err)
+	require.Equal(t, res[3].ID, page.Jobs[0].ID)
+	require.NotNil(t, page.Jobs[0].HeldUntil)
+	require.True(t, dup.HeldUntil.Equal(*page.Jobs[0].HeldUntil))
+
+	// In the queue scope too, and not a job of another kind with the same
+	// key and period.
+	byQueue, err := e.c.EnqueueMany(ctx, []queue.NewJob{
+		{Kind: "k", UniqueKey: "d", UniqueScope: queue.UniqueByQueue, UniquePeriod: time.Hour},
+		{Kind: "other", UniqueKey: "c", UniquePeriod: 2 * time.Hour},
+	})
+	require.NoError(t, err)
+	dups, err := e.c.EnqueueMany(ctx, []queue.NewJob{
+		{Kind: "k2", UniqueKey: "d", UniqueScope: queue.UniqueByQueue, UniquePeriod: time.Hour},
+		{Kind: "other", UniqueKey: "c", UniquePeriod: 2 * time.Hour},
+	})
+	require.NoError(t, err)
+	for i := range byQueue {
+		require.True(t, dups[i].Duplicate)
+		j, err := e.c.JobGet(ctx, byQueue[i].ID)
+		require.NoError(t, err)
+		require.NotNil(t, j.HeldUntil, "job %d", i)
+		require.True(t, dups[i].HeldUntil.Equal(*j.HeldUntil), "job %d", i)
+	}
+	j, err = e.c.JobGet(ctx, res[3].ID)
+	require.NoError(t, err)
+	require.True(t, dup.HeldUntil.Equal(*j.HeldUntil), "kind k's key c keeps its own period")
 }
 
 // Keyset pages on a sequence: a job whose transaction took its id before a

@@ -43,14 +43,23 @@ type readStatements struct {
 	unwatch string
 }
 
-// jobCols are the columns of a JobInfo, in scanJobInfo's order.
+// jobCols are the columns of a JobInfo, in scanJobInfo's order, from the
+// jobs table (unaliased); periods is the unique_periods table.
 // A job without a unique key has no scope or hold; with one, NULL columns
-// are the defaults (kind, active).
-const jobCols = `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at,
+// are the defaults (kind, active). A job whose key is held for a period
+// has the end of that period while its slot's row (migration 0014, built
+// as enqueue_jobs builds it) is still its own: NULL once retention deleted
+// the row or a later job took the slot.
+func jobCols(periods string) string {
+	return `id, queue, kind, state, priority, attempts, max_attempts, run_after, created_at, finished_at,
 	coalesce(unique_key, ''),
 	CASE WHEN unique_key IS NULL THEN '' ELSE coalesce(unique_scope, 'kind') END,
 	CASE WHEN unique_key IS NULL THEN '' ELSE coalesce(unique_hold, 'active') END,
-	coalesce(last_error, ''), metadata::text`
+	coalesce(last_error, ''), metadata::text,
+	CASE WHEN unique_hold = 'period' AND unique_key IS NOT NULL THEN (SELECT p.held_until FROM ` + periods + ` AS p
+		WHERE p.job_id = jobs.id AND p.slot = CASE WHEN jobs.unique_scope = 'queue' THEN 'queue' || chr(31) || jobs.queue
+			ELSE 'kind' || chr(31) || jobs.kind END || chr(31) || jobs.unique_key) END`
+}
 
 // eventCols are the columns of an EventInfo, in scanEventInfo's order.
 const eventCols = `id, job_id, type, queue, kind, attempt, at, data`
@@ -61,13 +70,14 @@ func newReadStatements(schema string) readStatements {
 	attempts := sqlident.Quote(schema, "attempts")
 	paused := sqlident.Quote(schema, "paused_queues")
 	watchers := sqlident.Quote(schema, "event_watchers")
+	cols := jobCols(sqlident.Quote(schema, "unique_periods"))
 	pendingDue := `SELECT 1 FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1::text AND run_after <= now()`
 	pendingLater := `SELECT 1 FROM ` + jobs + ` WHERE state = 'pending' AND queue = $1::text AND run_after > now()`
 	failed := `SELECT 1 FROM ` + jobs + ` WHERE state = 'failed' AND queue = $1::text`
 	succeeded := `SELECT 1 FROM ` + jobs + ` WHERE state = 'succeeded' AND finished_at > now() - interval '1 minute' AND queue = $1::text`
 	return readStatements{
-		jobGet: `SELECT ` + jobCols + `, payload FROM ` + jobs + ` WHERE id = $1::bigint`,
-		jobList: `SELECT ` + jobCols + `, CASE WHEN $10::bool THEN payload END FROM ` + jobs + `
+		jobGet: `SELECT ` + cols + `, payload FROM ` + jobs + ` WHERE id = $1::bigint`,
+		jobList: `SELECT ` + cols + `, CASE WHEN $10::bool THEN payload END FROM ` + jobs + `
 WHERE ($1::text = '' OR state = $1::text) AND ($2::text = '' OR queue = $2::text) AND ($3::text = '' OR kind = $3::text)
 	AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz) AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
 	AND ($6::text = '' OR pg_catalog.strpos(pg_catalog.lower(coalesce(last_error, '')), pg_catalog.lower($6::text)) > 0)
