@@ -34,9 +34,9 @@ list    jobs, newest first, filtered by queue, kind, state (pending,
         the --before that reads the next one (pages stay stable while jobs
         are enqueued). Each job shows its unique key with the key's scope
         and hold, and its metadata (e.g. a trace context).
-show    one job with its payload, unique key (scope, hold), metadata and
-        full event history (of a job deleted by retention, the history
-        alone).
+show    one job with its payload, unique key (scope, hold; for a period,
+        when it ends), metadata and full event history (of a job deleted by
+        retention, the history alone).
 retry   puts failed jobs back to pending, due now (a "retried" event each);
         their attempts are kept and max attempts grows if needed so they run
         at least once more. A job whose unique key another job holds now is
@@ -265,6 +265,9 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if j.UniqueKey != "" {
 		fmt.Fprintf(w, "  unique key:   %s\n", uniqueText(j.JobInfo))
+	}
+	if j.HeldUntil != nil {
+		fmt.Fprintf(w, "  held until:   %s\n", ts(*j.HeldUntil))
 	}
 	if len(j.Metadata) > 0 {
 		fmt.Fprintf(w, "  metadata:     %s\n", metadataText(j.Metadata, "\n                "))

@@ -52,7 +52,8 @@ func TestEnqueueUniqueFlagsAndRetrySkip(t *testing.T) {
 }
 
 // jobs list and show print a job's unique key with its scope and hold, and
-// its metadata, as text and as JSON; a job without them prints none.
+// its metadata, as text and as JSON; show prints when a period ends; a job
+// without them prints none.
 func TestJobsListShowUniqueAndMetadata(t *testing.T) {
 	t.Parallel()
 	schema := migrated(t)
@@ -88,7 +89,16 @@ func TestJobsListShowUniqueAndMetadata(t *testing.T) {
 	out = mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(traced, 10))
 	require.Contains(t, out, "  unique key:   k1 (scope kind, hold active)\n")
 	require.Contains(t, out, "  metadata:     tenant=7\n                traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n")
+	require.NotContains(t, out, "held until:")
+	out = mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(period, 10))
+	require.Contains(t, out, "  unique key:   d1 (scope kind, hold period)\n")
+	require.Regexp(t, `\n  held until:   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+\n`, out)
+	var periodJob jobRow
+	require.NoError(t, json.Unmarshal([]byte(mustRun(t, "", "jobs", "show", "--json", "--schema", schema, strconv.FormatInt(period, 10))), &periodJob))
+	require.NotNil(t, periodJob.HeldUntil)
+	require.Contains(t, out, "  held until:   "+periodJob.HeldUntil.Local().Format("2006-01-02 15:04:05.000 MST")+"\n")
 	out = mustRun(t, "", "jobs", "show", "--schema", schema, strconv.FormatInt(plain, 10))
+	require.NotContains(t, out, "held until:")
 	require.NotContains(t, out, "unique key:")
 	require.NotContains(t, out, "metadata:")
 	var shown jobRow
