@@ -92,17 +92,29 @@ func (t *tracer) enqueue(ctx context.Context, jobs []queue.NewJob) func(error) {
 }
 
 // parent is ctx with the enqueue span stored with job j as its span (a
-// remote parent), if the job has one.
-func (t *tracer) parent(ctx context.Context, j *queue.Job) context.Context {
-	if len(j.Metadata) > 0 {
-		ctx = t.prop.Extract(ctx, propagation.MapCarrier(j.Metadata))
+// remote parent), and that span's context, if the job has one.
+func (t *tracer) parent(ctx context.Context, j *queue.Job) (context.Context, trace.SpanContext) {
+	if len(j.Metadata) == 0 {
+		return ctx, trace.SpanContext{}
 	}
-	return ctx
+	before := trace.SpanContextFromContext(ctx)
+	ctx = t.prop.Extract(ctx, propagation.MapCarrier(j.Metadata))
+	if sc := trace.SpanContextFromContext(ctx); !sc.Equal(before) {
+		return ctx, sc
+	}
+	return ctx, trace.SpanContext{} // metadata without a trace context
 }
 
-// start starts a span named name about job j, a child of its enqueue span.
+// start starts a span named name about job j, a child of its enqueue span
+// and linked to it: OpenTelemetry's messaging conventions ask consumer-side
+// spans for a link to the message's creation context (the parent is
+// optional there, and the link is what tools that follow them look for).
 func (t *tracer) start(ctx context.Context, name string, j *queue.Job, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	ctx, span := t.tr.Start(t.parent(ctx, j), name, opts...)
+	ctx, enq := t.parent(ctx, j)
+	if enq.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: enq}))
+	}
+	ctx, span := t.tr.Start(ctx, name, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(system, AttrJobID.Int64(j.ID), AttrKind.String(j.Kind), AttrQueue.String(j.Queue), AttrAttempt.Int(j.Attempt))
 	}

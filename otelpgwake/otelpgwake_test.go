@@ -105,6 +105,9 @@ func traceOneJob(t *testing.T, leased bool) {
 			require.Equal(t, enq[0].SpanContext().TraceID(), s.SpanContext().TraceID(), "one trace: %s", s.Name())
 			require.Equal(t, enq[0].SpanContext().SpanID(), s.Parent().SpanID(), "%s is a child of the enqueue span", s.Name())
 			require.True(t, s.Parent().IsRemote(), s.Name())
+			require.Len(t, s.Links(), 1, "%s links to the enqueue span", s.Name())
+			require.Equal(t, enq[0].SpanContext().TraceID(), s.Links()[0].SpanContext.TraceID(), s.Name())
+			require.Equal(t, enq[0].SpanContext().SpanID(), s.Links()[0].SpanContext.SpanID(), s.Name())
 			require.Contains(t, s.Attributes(), otelpgwake.AttrJobID.Int64(id), s.Name())
 			require.Contains(t, s.Attributes(), otelpgwake.AttrAttempt.Int(i+1), s.Name())
 			require.Contains(t, s.Attributes(), otelpgwake.AttrQueue.String("default"), s.Name())
@@ -288,4 +291,38 @@ func completionOutcomes(t *testing.T, leased bool) {
 	require.Equal(t, codes.Unset, lost[1].Status().Code)
 	require.Contains(t, lost[1].Attributes(), otelpgwake.AttrState.String(string(queue.StatePending)))
 	pgwaketest.RequireState(t, c, ids["lost"], queue.StatePending)
+}
+
+// A job enqueued with metadata but no trace context (no tracing at the
+// producer) gets spans with no link, under whatever span the worker's
+// context holds.
+func TestNoTraceContextNoLink(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	pool := pgwaketest.Pool(t)
+	worker := pgwaketest.NewClient(t, pool, queue.Config{
+		Hooks: otelpgwake.Hooks(otelpgwake.Config{TracerProvider: tp}),
+		Handlers: map[string]queue.Handler{"a": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	producer, err := queue.New(pool, queue.Config{Schema: worker.Schema()}) // no hooks
+	require.NoError(t, err)
+	res, err := producer.Enqueue(context.Background(), queue.NewJob{Kind: "a", Metadata: map[string]string{"tenant": "7"}})
+	require.NoError(t, err)
+
+	ctx, loop := tp.Tracer("test").Start(context.Background(), "worker loop")
+	id, ok, err := worker.WorkOne(ctx)
+	loop.End()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, res.ID, id)
+	for _, name := range []string{otelpgwake.SpanClaim, otelpgwake.SpanWork, otelpgwake.SpanComplete} {
+		s := spanOf(t, sr.Ended(), name, id)
+		require.Empty(t, s.Links(), name)
+		require.Equal(t, loop.SpanContext().SpanID(), s.Parent().SpanID(), "%s: under the worker's span", name)
+		require.False(t, s.Parent().IsRemote(), name)
+	}
 }
