@@ -3,7 +3,7 @@
 // enqueues (in the job's metadata, as W3C trace context), and for each
 // attempt a claim span (the claim statement), a consumer span around its
 // handler and a completion span (the write of its outcome), all children
-// of the enqueue span, so one trace runs from the request that enqueued a
+// of the enqueue span and linked to it, so one trace runs from the request that enqueued a
 // job to the handler that ran it and the write of its outcome, across
 // processes and restarts.
 //
