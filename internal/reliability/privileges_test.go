@@ -74,8 +74,8 @@ func requireDenied(t *testing.T, err error, what string) {
 // TestLeastPrivilegeQueue runs producers, workers and operators as three
 // roles that have only their parts of docs/grants.sql: enqueue (single,
 // batch, in a transaction, unique keys) as the producer, work with retries
-// and failures and retention as the worker, cancel and retry as the
-// operator, all succeed; DDL of every kind is refused to each.
+// and failures and retention as the worker, cancel, retry and the read API
+// (JobGet, JobList) as the operator, all succeed; DDL of every kind is refused to each.
 func TestLeastPrivilegeQueue(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, false)
@@ -154,6 +154,14 @@ func TestLeastPrivilegeQueue(t *testing.T) {
 	require.NoError(t, w.admin.QueryRow(ctx, `SELECT id FROM `+w.table("jobs")+` WHERE state = 'failed' LIMIT 1`).Scan(&failed))
 	require.NoError(t, op.Retry(ctx, failed))
 	require.NoError(t, op.Cancel(ctx, first.ID))
+	// The operator reads jobs (jobs list/show, the UI), a period's end too.
+	period, err := prod.Enqueue(ctx, queue.NewJob{Kind: jobKind, UniqueKey: "daily", UniquePeriod: time.Hour, Delay: time.Hour, Payload: map[string]any{"mode": modeOK}})
+	require.NoError(t, err)
+	read, err := op.JobGet(ctx, period.ID)
+	require.NoError(t, err)
+	require.NotNil(t, read.HeldUntil)
+	_, err = op.JobList(ctx, queue.JobListParams{})
+	require.NoError(t, err)
 	deadline := time.Now().Add(time.Minute)
 	for w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE id = $1 AND state = 'failed' AND attempts = 3`, failed) == 0 {
 		require.True(t, time.Now().Before(deadline), "retried job did not run again")
