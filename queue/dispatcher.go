@@ -64,6 +64,13 @@ func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
 	}
 }
 
+// hintLook: a delayed job's NOTIFY (its due time in ms, as of the
+// producer's statement) that arrives with more than this left before the
+// job is due makes the loop look at the queue, which gives the due time to
+// the database's clock and costs one claim; a nearer one arms the timer as
+// it is.
+const hintLook = 5 * time.Millisecond
+
 // wake asks the loop to look now (delay 0) or to look by now+delay.
 func (l *queueLoop) wake(source string, delay time.Duration) {
 	l.mu.Lock()
@@ -360,6 +367,11 @@ func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 		src, hint := l.takeWake()
 		if !hint.IsZero() && (s.nextAt.IsZero() || hint.Before(s.nextAt)) {
 			s.nextAt = hint
+			if src == "" && time.Until(hint) > hintLook {
+				// The hint is late by the NOTIFY's trip and rounded up
+				// to the ms: look, and time the job by the database.
+				src = sourceHinted
+			}
 		}
 		if src != "" {
 			s.source = src
@@ -383,8 +395,13 @@ func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 			s.source = why
 			return true
 		}
-		if ts := l.c.signals; ts != nil && s.waiter == waiterIdle {
-			ts.asleep.signal(asleepSignal{queue: l.queue, claimed: s.claimed})
+		if ts := l.c.signals; ts != nil {
+			if s.waiter == waiterIdle {
+				ts.asleep.signal(asleepSignal{queue: l.queue, claimed: s.claimed})
+			}
+			if why == sourceScheduled {
+				ts.armed.signal(armedSignal{queue: l.queue, at: s.nextAt})
+			}
 		}
 		t := time.NewTimer(wait)
 		select {

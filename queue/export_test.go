@@ -25,6 +25,18 @@ func (s Signals) WaitAsleep(t testing.TB, queue string, claimed int) {
 	})
 }
 
+// WaitArmed waits until queue's dispatcher sleeps with its timer armed for
+// a delayed job at a time match accepts, and returns that time.
+func (s Signals) WaitArmed(t testing.TB, queue string, match func(at time.Time) bool) time.Time {
+	t.Helper()
+	var got time.Time
+	waitSignal(t, s.s.armed, "timer of "+queue+" armed", func(a armedSignal) bool {
+		got = a.at
+		return a.queue == queue && match(a.at)
+	})
+	return got
+}
+
 // WaitPausedLooks waits until queue's dispatcher found its queue paused n
 // times (once when it met the pause, then after each poll or wake-up).
 func (s Signals) WaitPausedLooks(t testing.TB, queue string, n int) {

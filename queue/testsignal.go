@@ -1,5 +1,7 @@
 package queue
 
+import "time"
+
 // Test signals (River's rivershared/testsignal): points of the runtime a
 // test waits on instead of sleeping. A Client has none (signals is nil)
 // unless a test of this package enabled them (export_test.go), so each
@@ -32,12 +34,22 @@ type asleepSignal struct {
 	claimed int
 }
 
+// armedSignal is what a dispatcher signals when it arms its timer for the
+// earliest delayed job it knows of.
+type armedSignal struct {
+	queue string
+	at    time.Time // when the timer fires
+}
+
 // testSignals are a client's test signals.
 type testSignals struct {
 	// asleep: a dispatcher blocks waiting for work, idle-marked, past the
 	// idle barrier and the look after it: only a wake-up, a delayed job
 	// or the poll ends the wait (waitForWork).
 	asleep testSignal[asleepSignal]
+	// armed: a dispatcher sleeps with its timer armed for the earliest
+	// delayed job it knows of (waitForWork).
+	armed testSignal[armedSignal]
 	// pausedLook: a dispatcher found its queue paused and waits for a
 	// resume or the poll (waitWhilePaused). Carries the queue.
 	pausedLook testSignal[string]
@@ -55,6 +67,7 @@ type testSignals struct {
 func newTestSignals() *testSignals {
 	s := &testSignals{}
 	s.asleep.init()
+	s.armed.init()
 	s.pausedLook.init()
 	s.startsRecorded.init()
 	s.cancelKept.init()

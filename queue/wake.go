@@ -30,6 +30,7 @@ const (
 	sourceNotify    = "notify"    // a NOTIFY for the queue
 	sourceResync    = "resync"    // the listener (re)connected
 	sourceScheduled = "scheduled" // the timer of a known delayed job fired
+	sourceHinted    = "hinted"    // a NOTIFY told of a delayed job due before any we knew of
 	sourcePoll      = "poll"      // the poll interval ran out
 	sourceBusy      = "busy"      // the previous look found a job
 	sourceReleased  = "released"  // jobs of ours went back to pending (rollback, cut batch)
