@@ -38,14 +38,15 @@ func workerOn(t *testing.T, e *env, q string, poll time.Duration) *env {
 }
 
 // A pause made through one client stops claims in another within 1 s (by
-// notification: its poll is 5 s), enqueues still go in, and a resume
-// restarts claims within 2 s. The times are logged (docs/pause.md quotes
-// them), not asserted closer: a loaded machine must not fail a test.
+// notification: its poll is a minute), enqueues still go in, and a resume
+// restarts claims before the poll could have (within 20 s). The times are
+// logged, not asserted closer: a loaded machine must not fail a test;
+// BenchmarkPauseResume measures them (docs/pause.md).
 func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	admin := newEnv(t, queue.Config{})
-	w := workerOn(t, admin, "pq", 5*time.Second)
+	w := workerOn(t, admin, "pq", time.Minute)
 	w.run()
 
 	// A steady stream of jobs, one every 5 ms.
@@ -107,18 +108,17 @@ func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	sort.Slice(resumes, func(i, j int) bool { return resumes[i] < resumes[j] })
 	t.Logf("pause: last claim after PauseQueue returned: %v (max %s); first claim after ResumeQueue returned: %v (max %s)",
 		stops, stops[len(stops)-1], resumes, resumes[len(resumes)-1])
-	require.Less(t, resumes[len(resumes)-1], 2*time.Second, "a resume must not wait for the 5 s poll")
+	require.Less(t, resumes[len(resumes)-1], 20*time.Second, "a resume must not wait for the one-minute poll")
 }
 
-// pausedWindow is how many jobs TestPausedQueueClaimsNothingWhileEnqueued
-// enqueues into the paused queue (about 1 s of its stream: the issue's 5 s,
-// test-sized).
-const pausedWindow = 200
+// pausedHold is how long TestPausedQueueClaimsNothingWhileEnqueued keeps
+// its queue paused while jobs are enqueued (the issue's 5 s).
+const pausedHold = 5 * time.Second
 
 // Once a worker knows its queue is paused (its gauge) and its claims in
-// flight have ended, it claims none of the jobs enqueued meanwhile, however
-// many arrive; a resume lets it claim them, by notification (its poll is
-// 5 s).
+// flight have ended, it claims none of the jobs enqueued over the next 5 s
+// (by the database's clock), however many arrive, across its pause polls
+// (5 s apart); a resume lets it claim them.
 func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -152,10 +152,15 @@ func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	})
 	mark := admin.dbNow()
 	from := enqueued.Load()
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs enqueued while paused", pausedWindow), func() bool { return enqueued.Load() >= from+pausedWindow })
+	waitFor(t, 60*time.Second, fmt.Sprintf("a job enqueued %s after the pause took hold", pausedHold), func() bool {
+		return admin.count(`queue = 'pz' AND created_at >= $1`, mark.Add(pausedHold)) > 0
+	})
 	require.Zero(t, admin.count(`queue = 'pz' AND created_at > $1 AND state <> 'pending'`, mark), "a job enqueued while paused was claimed")
 	require.Zero(t, admin.countSQL(`SELECT count(*) FROM `+admin.table("attempts")), "a claim is in flight while paused")
-	require.GreaterOrEqual(t, admin.count(`queue = 'pz' AND created_at > $1 AND state = 'pending'`, mark), pausedWindow-1)
+	held := admin.count(`queue = 'pz' AND created_at > $1 AND state = 'pending'`, mark)
+	require.Greater(t, held, 0)
+	require.GreaterOrEqual(t, int64(held), enqueued.Load()-from-1, "every job enqueued while paused is pending")
+	t.Logf("pause: %d jobs enqueued over %s while paused, none claimed", held, pausedHold)
 
 	require.NoError(t, admin.c.ResumeQueue(ctx, "pz"))
 	waitFor(t, 10*time.Second, "jobs enqueued while paused to run", func() bool {
