@@ -100,8 +100,12 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 
 // loopState is what the dispatcher carries from one turn to the next.
 type loopState struct {
-	source     string          // why the next look happens
-	nextAt     time.Time       // earliest future run_after known
+	source string    // why the next look happens
+	nextAt time.Time // earliest future run_after known
+	// nextSpent: nextAt is not known (at start, after a resume) or was
+	// cleared when its timer (or the poll) fired, and no look that found
+	// nothing due has read it since.
+	nextSpent  bool
 	errBackoff backoff.Backoff // claim errors
 	waiter     int             // waiter state as last written
 	cursor     *claimCursor    // where the last claim ended, while a backlog lasts
@@ -123,7 +127,7 @@ type loopState struct {
 // interval.
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown,
-		leasedFirst: len(l.c.cfg.LeasedKinds) > 0}
+		leasedFirst: len(l.c.cfg.LeasedKinds) > 0, nextSpent: true}
 	for {
 		select {
 		case <-ctx.Done():
@@ -148,9 +152,10 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 		s.errBackoff.Reset()
 		if b != nil {
 			l.start(ctx, hardCtx, s, b)
-			if s.tookAll && s.waiter == waiterIdle && s.lingerTill.IsZero() && l.c.onlyLeased {
-				// The claim took every due job and producers notify us:
-				// a look now would find nothing. Sleep until a wake-up.
+			if s.tookAll && s.waiter == waiterIdle && s.lingerTill.IsZero() && l.c.onlyLeased && !s.nextSpent {
+				// The claim took every due job, producers notify us and
+				// the timer is set for the next delayed job known: a look
+				// now would find nothing. Sleep until a wake-up.
 				if !l.waitForWork(ctx, s) {
 					return
 				}
@@ -158,7 +163,7 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			continue
 		}
 		<-l.slots
-		s.nextAt = next
+		s.nextAt, s.nextSpent = next, false
 		if !s.lingerTill.IsZero() {
 			now := time.Now()
 			if s.waiter == waiterBusy && now.Before(s.lingerTill) && s.rate.add(0, now) {
@@ -360,7 +365,7 @@ func (l *queueLoop) goIdle(ctx context.Context, s *loopState) (idle, ok bool) {
 func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 	defer func() {
 		if s.source == sourceScheduled || s.source == sourcePoll || s.source == sourceRecheck {
-			s.nextAt = time.Time{}
+			s.nextAt, s.nextSpent = time.Time{}, true
 		}
 	}()
 	for {

@@ -44,3 +44,33 @@ func TestDelayedHintTimedByDatabase(t *testing.T) {
 	late := <-ran
 	require.GreaterOrEqual(t, late, time.Duration(0), "the job ran before its run_after")
 }
+
+// Two delayed jobs of a client whose kinds are all leased: after the timer
+// of the first fires and its claim takes every due job, the worker still
+// learns of the second (it looks again) and arms its timer for it, rather
+// than sleeping until the poll (a minute).
+func TestLeasedDelayedJobsEachArmTheTimer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ran := make(chan int64, 2)
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"ld": {MaxWorkers: 4}},
+		LeasedKinds:  []string{"k"},
+		PollInterval: time.Minute,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(_ context.Context, _ pgx.Tx, j *queue.Job) error {
+			ran <- j.ID
+			return nil
+		})},
+	})
+	signals := queue.EnableTestSignals(e.c)
+	e.run()
+	signals.WaitAsleep(t, "ld", 0)
+	now := e.dbNow()
+	first, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "ld", Kind: "k", RunAfter: now.Add(500 * time.Millisecond)})
+	require.NoError(t, err)
+	second, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "ld", Kind: "k", RunAfter: now.Add(time.Second)})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, <-ran)
+	signals.WaitArmed(t, "ld", func(at time.Time) bool { return !at.Before(now.Add(time.Second)) && at.Before(now.Add(2*time.Second)) })
+	require.Equal(t, second.ID, <-ran)
+}

@@ -230,6 +230,6 @@ func (l *queueLoop) waitWhilePaused(ctx context.Context, s *loopState) bool {
 		}
 	}
 	l.takeWake()
-	s.source, s.nextAt, s.cursor = sourceResumed, time.Time{}, nil
+	s.source, s.nextAt, s.nextSpent, s.cursor = sourceResumed, time.Time{}, true, nil
 	return true
 }
