@@ -50,6 +50,17 @@ func (s Signals) WaitPausedLooks(t testing.TB, queue string, n int) {
 	})
 }
 
+// DropPausedLooks discards the paused looks signalled so far.
+func (s Signals) DropPausedLooks() {
+	for {
+		select {
+		case <-s.s.pausedLook.ch:
+		default:
+			return
+		}
+	}
+}
+
 // StartRecorded waits until the attempt record of job id is committed;
 // false if that took longer than d. For handlers, which may not stop the
 // test.
