@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,13 +78,15 @@ func TestFeedLoadIsPerProcess(t *testing.T) {
 // in an order that rotates with each iteration (so a slower later run, as
 // the cluster's WAL and tables grow, does not fall on one configuration):
 // no dashboard; only a watcher registered (the NOTIFYs, no reads); a
-// dashboard feeding 10 open streams in this process (a Handler mounted in
-// the worker's own service); and the same dashboard with its 10 streams in
-// a process of their own (as `pgwake ui` runs beside the workers). It
+// dashboard served in this process (a Handler mounted in the worker's own
+// service) with 10 streams open from another process (the browser tabs);
+// and a dashboard in a process of its own with its 10 streams (as `pgwake
+// ui` runs beside the workers). It
 // reports each p99 and its ratio to the run without a dashboard, the
 // NOTIFYs per second of the events channel while the in-process dashboard
 // ran, and the p99 and max time from an 'enqueued' event's insert (its
-// "at", the database's clock, same machine) to its arrival on a stream.
+// "at", the database's clock, same machine) to its arrival on a stream of
+// that dashboard (the last run).
 //
 // With -benchtime Nx it runs each configuration N times and reports, per
 // configuration, the p99 of all its runs' jobs together and the median of
@@ -92,7 +95,7 @@ func TestFeedLoadIsPerProcess(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkDashboardLatencyImpact -benchtime 8x ./ui/
 func BenchmarkDashboardLatencyImpact(b *testing.B) {
 	var notifies float64
-	var toStream []float64
+	var toStream []float64 // the in-process dashboard's first stream's delays
 	run := func(b *testing.B, mode string) []float64 {
 		pool := pgtest.Pool(b)
 		schema := pgtest.SchemaOn(b, pool)
@@ -104,9 +107,14 @@ func BenchmarkDashboardLatencyImpact(b *testing.B) {
 		case "watcher":
 			require.NoError(b, client.WatchEvents(context.Background(), "bench"))
 		case "dashboard":
-			defer openDashboard(b, client, &toStream, &notifies)()
+			url := setup(b, ui.Config{Client: client}).url
+			notes := countNotifications(b, schema)
+			defer func(start time.Time, before int64) {
+				notifies = float64(notes.Load()-before) / time.Since(start).Seconds()
+			}(time.Now(), notes.Load())
+			defer helperProcess(b, envStreamsURL+"="+url, &toStream)()
 		case "process":
-			defer dashboardProcess(b, schema)()
+			defer helperProcess(b, envDashboardSchema+"="+schema, nil)()
 		}
 		var mu sync.Mutex
 		var lat []float64
@@ -183,23 +191,18 @@ func p99(xs []float64) float64 {
 	return xs[int(math.Ceil(0.99*float64(len(xs))))-1]
 }
 
-// openDashboard serves a dashboard for client's schema in this process
-// with 10 open streams, and returns what stops it; then *toStream holds the
-// first stream's enqueued-event delays (ms) and *notifies the NOTIFYs per
-// second of the events channel meanwhile.
-func openDashboard(tb testing.TB, client *queue.Client, toStream *[]float64, notifies *float64) func() {
-	bb := setup(tb, ui.Config{Client: client})
+// openStreams opens 10 streams on a dashboard's url, as 10 browser tabs,
+// and returns what closes them; then *toStream holds the first stream's
+// enqueued-event delays (ms).
+func openStreams(tb testing.TB, url string, toStream *[]float64) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var streams []<-chan sseEvent
 	for range 10 {
-		streams = append(streams, stream(tb, ctx, bb.url+"/events", ""))
+		streams = append(streams, stream(tb, ctx, url+"/events", ""))
 	}
 	done := make(chan []float64)
 	go func() { done <- enqueuedDelays(streams[0]) }()
-	notes := countNotifications(tb, client.Schema())
-	start, before := time.Now(), notes.Load()
 	return func() {
-		*notifies = float64(notes.Load()-before) / time.Since(start).Seconds()
 		cancel()
 		*toStream = <-done
 	}
@@ -221,15 +224,20 @@ func enqueuedDelays(events <-chan sseEvent) []float64 {
 	return lat
 }
 
-// envDashboardSchema names the schema TestDashboardProcess serves.
-const envDashboardSchema = "PGWAKE_UI_BENCH_SCHEMA"
+// What TestDashboardProcess serves: a dashboard on a schema, or only the
+// streams (the browser tabs) of a dashboard at a URL.
+const (
+	envDashboardSchema = "PGWAKE_UI_BENCH_SCHEMA"
+	envStreamsURL      = "PGWAKE_UI_BENCH_STREAMS"
+)
 
-// dashboardProcess runs this test binary again as TestDashboardProcess, a
-// dashboard with 10 open streams on schema in a process of its own, waits
-// until its streams are open, and returns what stops it.
-func dashboardProcess(tb testing.TB, schema string) func() {
+// helperProcess runs this test binary again as TestDashboardProcess with
+// env (envDashboardSchema or envStreamsURL), waits until its streams are
+// open, and returns what stops it; then *toStream (unless nil) holds the
+// first stream's enqueued-event delays (ms).
+func helperProcess(tb testing.TB, env string, toStream *[]float64) func() {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestDashboardProcess$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), pgtest.EnvURL+"="+pgtest.URL(), envDashboardSchema+"="+schema)
+	cmd.Env = append(os.Environ(), pgtest.EnvURL+"="+pgtest.URL(), env)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)
 	stdout, err := cmd.StdoutPipe()
@@ -237,38 +245,49 @@ func dashboardProcess(tb testing.TB, schema string) func() {
 	cmd.Stderr = os.Stderr
 	require.NoError(tb, cmd.Start())
 	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && lines.Text() != dashboardReady {
+	for lines.Scan() && lines.Text() != streamsReady {
 	}
 	return func() {
 		_ = stdin.Close()
 		for lines.Scan() {
-			tb.Log(lines.Text())
+			if d, ok := strings.CutPrefix(lines.Text(), delayLine); ok && toStream != nil {
+				require.NoError(tb, json.Unmarshal([]byte(d), toStream))
+			}
 		}
 		require.NoError(tb, cmd.Wait(), "the dashboard process")
 	}
 }
 
-// dashboardReady is what TestDashboardProcess prints once its streams are
-// open.
-const dashboardReady = "dashboard ready"
+// TestDashboardProcess prints streamsReady once its streams are open, and
+// delayLine followed by its first stream's delays (JSON) at the end.
+const (
+	streamsReady = "streams open"
+	delayLine    = "delays: "
+)
 
-// TestDashboardProcess is BenchmarkDashboardLatencyImpact's dashboard in a
-// process of its own: it serves a dashboard on the schema named by
-// envDashboardSchema with 10 open streams until its standard input closes.
-// Without that variable (every ordinary test run) it is skipped.
+// TestDashboardProcess is BenchmarkDashboardLatencyImpact's other process:
+// with envStreamsURL it opens 10 streams on that dashboard (the browser
+// tabs); with envDashboardSchema it also serves the dashboard, on that
+// schema. It runs until its standard input closes, and reports the first
+// stream's delays. Without either variable (every ordinary test run) it is
+// skipped.
 func TestDashboardProcess(t *testing.T) {
-	schema := os.Getenv(envDashboardSchema)
-	if schema == "" {
+	url, schema := os.Getenv(envStreamsURL), os.Getenv(envDashboardSchema)
+	if url == "" && schema == "" {
 		t.Skip("run by BenchmarkDashboardLatencyImpact")
 	}
-	client, err := queue.New(pgtest.Pool(t), queue.Config{Schema: schema})
-	require.NoError(t, err)
+	if schema != "" {
+		client, err := queue.New(pgtest.Pool(t), queue.Config{Schema: schema})
+		require.NoError(t, err)
+		url = setup(t, ui.Config{Client: client}).url
+	}
 	var toStream []float64
-	var notifies float64
-	stop := openDashboard(t, client, &toStream, &notifies)
-	fmt.Println(dashboardReady)
+	stop := openStreams(t, url, &toStream)
+	fmt.Println(streamsReady)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	stop()
 	require.NotEmpty(t, toStream, "the streams saw the jobs")
-	fmt.Printf("dashboard process: %d enqueued events streamed, p99 %.1f ms\n", len(toStream), p99(toStream))
+	out, err := json.Marshal(toStream)
+	require.NoError(t, err)
+	fmt.Println(delayLine + string(out))
 }
