@@ -1,0 +1,70 @@
+package queue_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maxFuncLines is the longest a production function may be, from its func
+// line to its closing brace, in the parts longFuncDirs names.
+const maxFuncLines = 80
+
+// longFuncDirs are the trees (from the module root) whose production
+// functions stay within maxFuncLines: the runtime (queue, notify, events)
+// and the commands' code (cmd/pgwake: wiring and presentation; the bench
+// and the demo it runs).
+var longFuncDirs = []string{"queue", "notify", "events", filepath.Join("cmd", "pgwake"), filepath.Join("internal", "bench"), filepath.Join("internal", "demo")}
+
+// A reader can hold each function of the runtime and the commands at once:
+// none is over maxFuncLines lines.
+func TestNoFunctionOver80Lines(t *testing.T) {
+	t.Parallel()
+	var long []string
+	for _, dir := range longFuncDirs {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				return err
+			}
+			long = append(long, longFuncs(fset, f)...)
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.Empty(t, long, "functions over %d lines: split them by concept", maxFuncLines)
+}
+
+// longFuncs returns the functions of f over maxFuncLines lines, with their
+// positions and lengths.
+func longFuncs(fset *token.FileSet, f *ast.File) []string {
+	var long []string
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Body == nil {
+			continue
+		}
+		from, to := fset.Position(fd.Pos()), fset.Position(fd.End())
+		if n := to.Line - from.Line + 1; n > maxFuncLines {
+			long = append(long, fmt.Sprintf("%s: %s, %d lines", from, fd.Name.Name, n))
+		}
+	}
+	return long
+}
