@@ -3,11 +3,8 @@ package queue_test
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,25 +27,9 @@ func TestNoFunctionOver80Lines(t *testing.T) {
 	t.Parallel()
 	var long []string
 	for _, dir := range longFuncDirs {
-		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				return err
-			}
+		eachProductionFile(t, dir, nil, func(fset *token.FileSet, f *ast.File) {
 			long = append(long, longFuncs(fset, f)...)
-			return nil
 		})
-		require.NoError(t, err)
 	}
 	require.Empty(t, long, "functions over %d lines: split them by concept", maxFuncLines)
 }

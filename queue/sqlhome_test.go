@@ -4,11 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,35 +29,11 @@ var tableSQL = regexp.MustCompile(`(?i)\b(from|join|into|update|table|truncate|v
 // (sqlident.Quote, pgx.Identifier) or has a string with a statement on one.
 func TestNoSQLAgainstTheTablesOutsideTheStore(t *testing.T) {
 	t.Parallel()
-	root := ".."
 	var found []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			switch rel {
-			case "queue", "events", "migrations", filepath.Join("bench", "peers"), ".git":
-				return filepath.SkipDir // bench/peers is a module of its own
-			}
-			if d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
+	// bench/peers is a module of its own.
+	eachProductionFile(t, ".", []string{"queue", "events", "migrations", filepath.Join("bench", "peers")}, func(fset *token.FileSet, f *ast.File) {
 		found = append(found, sqlOnTables(fset, f)...)
-		return nil
 	})
-	require.NoError(t, err)
 	require.Empty(t, found, "SQL against pgwake's tables outside queue, events and migrations: call the store (queue's read API, SeedFinished, ...)")
 }
 
