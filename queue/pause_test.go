@@ -46,6 +46,7 @@ func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	ctx := context.Background()
 	admin := newEnv(t, queue.Config{})
 	w := workerOn(t, admin, "pq", 5*time.Second)
+	signals := queue.EnableTestSignals(w.c)
 	w.run()
 
 	// A steady stream of jobs, one every 5 ms.
@@ -81,16 +82,24 @@ func TestPauseStopsClaimsInOtherClients(t *testing.T) {
 	var stops, resumes []time.Duration
 	for round := range 5 {
 		waitFor(t, 10*time.Second, "the worker claiming", func() bool { _, ok := firstEffect(admin.dbNow().Add(-50 * time.Millisecond)); return ok })
+		signals.ForgetPausedLooks()
 		require.NoError(t, admin.c.PauseQueue(ctx, "pq"))
 		paused := admin.dbNow()
 		pendingAtPause := admin.count(`queue = 'pq' AND state = 'pending'`)
-		time.Sleep(400 * time.Millisecond)
+		// The worker met the pause (it claims nothing more), and the
+		// claims it made before have ended.
+		signals.WaitPausedLooks(t, "pq", 1)
+		waitFor(t, 5*time.Second, "claims in flight to end", func() bool {
+			return admin.countSQL(`SELECT count(*) FROM `+admin.table("attempts")) == 0
+		})
 		stop := time.Duration(0)
 		if at, ok := lastEffect(paused); ok {
 			stop = at.Sub(paused)
 		}
 		stops = append(stops, stop)
-		require.Greater(t, admin.count(`queue = 'pq' AND state = 'pending'`), pendingAtPause, "round %d: enqueues go in while paused", round)
+		waitFor(t, 5*time.Second, fmt.Sprintf("round %d: enqueues go in while paused", round), func() bool {
+			return admin.count(`queue = 'pq' AND state = 'pending'`) > pendingAtPause
+		})
 		require.Less(t, stop, time.Second, "round %d: claims went on %s after the pause", round, stop)
 
 		require.NoError(t, admin.c.ResumeQueue(ctx, "pq"))
@@ -124,6 +133,7 @@ func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	ctx := context.Background()
 	admin := newEnv(t, queue.Config{})
 	w := workerOn(t, admin, "pz", 5*time.Second)
+	signals := queue.EnableTestSignals(w.c)
 	w.run()
 	streamCtx, stopStream := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -147,6 +157,7 @@ func TestPausedQueueClaimsNothingWhileEnqueued(t *testing.T) {
 	waitFor(t, 5*time.Second, "the worker to know of the pause", func() bool {
 		return w.metric("pgwake_queue_paused", map[string]string{"queue": "pz"}) == 1
 	})
+	signals.WaitPausedLooks(t, "pz", 1) // its dispatcher met the pause: it claims nothing more
 	waitFor(t, 5*time.Second, "claims in flight to end", func() bool {
 		return admin.countSQL(`SELECT count(*) FROM `+admin.table("attempts")) == 0
 	})
