@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
 )
 
 // Forward the event log to NATS JetStream, one subject per queue, until ctx
@@ -42,19 +45,42 @@ func ExampleNew() {
 
 // A consumer that starts late: subscribe to the live messages first, then
 // backfill from the table, then drop the live duplicates of the backfill.
+// Here no Stream publishes to ps, so the live loop ends when its context
+// does; in a program a Stream in the same process publishes to ps and the
+// loop runs for as long as the consumer does.
 func ExampleBackfill() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://localhost/app")
+	pool, err := pgxpool.New(ctx, databaseURL()) // os.Getenv("DATABASE_URL") in a program
 	if err != nil {
 		log.Fatal(err)
 	}
-	ps := events.NewGoChannel(nil)                  // a Stream in this process publishes to ps
-	live, err := ps.Subscribe(ctx, "pgwake.events") // 1. live first (buffered by the channel)
+	defer pool.Close()
+	const schema = "pgwake_example_backfill"
+	client, err := queue.New(pool, queue.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
-	handle := func(e events.Event) { fmt.Println(e.ID, e.JobID, e.Type) }
-	cu, err := events.Backfill(ctx, pool, "pgwake", events.From{}, func(e events.Event) error { // 2. backfill
+	if _, err := client.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	job, err := client.Enqueue(ctx, queue.NewJob{Kind: "welcome", Payload: map[string]string{"to": "ann@example.com"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	liveCtx, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer stop()
+	ps := events.NewGoChannel(nil)                      // a Stream in this process publishes to ps
+	live, err := ps.Subscribe(liveCtx, "pgwake.events") // 1. live first (buffered by the channel)
+	if err != nil {
+		log.Fatal(err)
+	}
+	handle := func(e events.Event) {
+		if e.JobID == job.ID { // this example's job, whatever else the schema holds
+			fmt.Println(e.Type, e.Kind)
+		}
+	}
+	cu, err := events.Backfill(ctx, pool, schema, events.From{}, func(e events.Event) error { // 2. backfill
 		handle(e)
 		return nil
 	})
@@ -72,4 +98,9 @@ func ExampleBackfill() {
 		}
 		msg.Ack()
 	}
+	// Output: enqueued welcome
 }
+
+// databaseURL is the examples' database: the test binary's own server
+// (internal/pgtest) when they run as tests.
+func databaseURL() string { return pgtest.URL() }

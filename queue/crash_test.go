@@ -217,6 +217,7 @@ func TestGracefulShutdownLetsHandlersFinish(t *testing.T) {
 	})
 	schema = e.schema
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"))
+	signals := queue.EnableTestSignals(e.c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.c.Run(ctx) }()
@@ -227,10 +228,12 @@ func TestGracefulShutdownLetsHandlersFinish(t *testing.T) {
 	// A job enqueued after shutdown began is not claimed.
 	later, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "hold"})
 	require.NoError(t, err)
+	// The dispatchers have stopped; Run waits for the running handler.
+	signals.WaitDraining(t)
 	select {
 	case <-done:
 		t.Fatal("Run returned while a handler was running")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	close(release)
 	select {

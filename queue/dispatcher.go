@@ -51,6 +51,10 @@ type queueLoop struct {
 	completing atomic.Int64
 
 	pause pauseState // pause.go
+
+	// lookSeq, with test signals on, is the count of looks tests had asked
+	// for (testSignals.looksAsked) when the last look began.
+	lookSeq int64
 }
 
 func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
@@ -95,6 +99,9 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 	defer l.mu.Unlock()
 	src, at := l.now, l.hintAt
 	l.now, l.hintAt = "", time.Time{}
+	if ts := l.c.signals; ts != nil && src != "" {
+		l.lookSeq = ts.looksAsked.Load() // a look begins after this
+	}
 	return src, at
 }
 
@@ -402,7 +409,7 @@ func (l *queueLoop) waitForWork(ctx context.Context, s *loopState) bool {
 		}
 		if ts := l.c.signals; ts != nil {
 			if s.waiter == waiterIdle {
-				ts.asleep.signal(asleepSignal{queue: l.queue, claimed: s.claimed})
+				ts.asleep.signal(asleepSignal{queue: l.queue, claimed: s.claimed, lookSeq: l.lookSeq})
 			}
 			if why == sourceScheduled {
 				ts.armed.signal(armedSignal{queue: l.queue, at: s.nextAt})

@@ -3,13 +3,16 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -77,7 +80,7 @@ func ExampleClient_Run() {
 		panic(err)
 	}
 	if err := client.Run(ctx); err != nil { // returns after a graceful drain
-		fmt.Println(err)
+		log.Fatal(err) // a startup error: the schema, the listener
 	}
 }
 
@@ -93,47 +96,62 @@ func ExampleMinPoolConns() {
 }
 
 // Periodic jobs: every process that runs this config works the schedule,
-// and each slot gets exactly one job, with run_after at the slot.
+// and each slot gets exactly one job, with run_after at the slot. This one
+// stops after the first job of its one-second tick.
 func ExampleConfig_periodic() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := pgxpool.New(ctx, databaseURL()) // os.Getenv("DATABASE_URL") in a program
 	if err != nil {
 		panic(err)
 	}
 	defer pool.Close()
+	var first sync.Once
 	client, err := queue.New(pool, queue.Config{
-		Queues: map[string]queue.QueueConfig{"default": {}},
+		Schema: "pgwake_example_periodic",
+		// Within pgxpool's default pool (4 connections on a small machine):
+		// see MinPoolConns.
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
 		Handlers: map[string]queue.Handler{
-			"nightly_report": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
-				fmt.Println("report for the slot", job.RunAfter)
+			"report": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job *queue.Job) error {
+				first.Do(func() {
+					fmt.Println(job.Kind, "for a slot on a whole second:", job.RunAfter.Equal(job.RunAfter.Truncate(time.Second)))
+					stop() // Run drains and returns
+				})
 				return nil
 			}),
 		},
 		Periodic: []queue.PeriodicJob{
-			{Spec: "0 2 * * *", Job: queue.NewJob{Kind: "nightly_report"}}, // 02:00 UTC daily
-			{Name: "tick", Spec: "@every 10s", Job: queue.NewJob{Kind: "nightly_report"}, SkipMissed: true},
+			{Name: "nightly", Spec: "0 2 * * *", Job: queue.NewJob{Kind: "report"}}, // 02:00 UTC daily
+			{Name: "tick", Spec: "@every 1s", Job: queue.NewJob{Kind: "report"}, SkipMissed: true},
 		},
 	})
 	if err != nil {
 		panic(err)
 	}
+	if _, err := client.Migrate(ctx); err != nil {
+		panic(err)
+	}
 	if err := client.Run(ctx); err != nil {
 		panic(err)
 	}
+	// Output: report for a slot on a whole second: true
 }
 
 // Pause a queue in every process: enqueues still go in, nothing is claimed
 // until ResumeQueue.
 func ExampleClient_PauseQueue() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := pgxpool.New(ctx, databaseURL()) // os.Getenv("DATABASE_URL") in a program
 	if err != nil {
 		panic(err)
 	}
 	defer pool.Close()
-	client, err := queue.New(pool, queue.Config{})
+	client, err := queue.New(pool, queue.Config{Schema: "pgwake_example_pause"})
 	if err != nil {
+		panic(err)
+	}
+	if _, err := client.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if err := client.PauseQueue(ctx, "email"); err != nil {
@@ -149,4 +167,9 @@ func ExampleClient_PauseQueue() {
 	if err := client.ResumeQueue(ctx, "email"); err != nil {
 		panic(err)
 	}
+	// Output: email true
 }
+
+// databaseURL is the examples' database: the test binary's own server
+// (internal/pgtest) when they run as tests.
+func databaseURL() string { return pgtest.URL() }

@@ -7,12 +7,15 @@ import (
 
 // Signals are a client's test signals (testsignal.go), for the tests of
 // queue_test.
-type Signals struct{ s *testSignals }
+type Signals struct {
+	s *testSignals
+	c *Client
+}
 
 // EnableTestSignals turns c's test signals on. Call it before Run or Start.
 func EnableTestSignals(c *Client) Signals {
 	c.signals = newTestSignals()
-	return Signals{c.signals}
+	return Signals{c.signals, c}
 }
 
 // WaitAsleep waits until queue's dispatcher blocks waiting for work,
@@ -37,6 +40,53 @@ func (s Signals) WaitArmed(t testing.TB, queue string, match func(at time.Time) 
 	return got
 }
 
+// LookAgain makes queue's dispatcher look for due jobs now, as its poll
+// would, waits until it is asleep again after a look that began after the
+// call, and returns how many jobs it had claimed since it started.
+func (s Signals) LookAgain(t testing.TB, queue string) (claimed int) {
+	t.Helper()
+	// Counted and asked together: the first wake-up taken after this takes
+	// this one and records seq.
+	l := s.c.loops[queue]
+	l.mu.Lock()
+	seq := s.s.looksAsked.Add(1)
+	if l.now == "" {
+		l.now = sourcePoll
+	}
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+	waitSignal(t, s.s.asleep, "dispatcher of "+queue+" asleep after a look", func(a asleepSignal) bool {
+		if a.queue != queue || a.lookSeq < seq {
+			return false
+		}
+		claimed = a.claimed
+		return true
+	})
+	return claimed
+}
+
+// ForgetPausedLooks forgets the paused looks signalled so far: the next
+// WaitPausedLooks counts only those that follow.
+func (s Signals) ForgetPausedLooks() { s.s.pausedLook.clear() }
+
+// WaitListening waits until the client's listener LISTENs on its channel
+// (a notification sent from now on reaches the client) and the client has
+// woken its dispatchers to look again (LookAgain waits for that look).
+func (s Signals) WaitListening(t testing.TB) {
+	t.Helper()
+	waitSignal(t, s.s.listening, "listening", func(struct{}) bool { return true })
+}
+
+// WaitDraining waits until Run (or Stop) stopped every dispatcher and waits
+// for running handlers: nothing more is claimed.
+func (s Signals) WaitDraining(t testing.TB) {
+	t.Helper()
+	waitSignal(t, s.s.draining, "draining", func(struct{}) bool { return true })
+}
+
 // WaitPausedLooks waits until queue's dispatcher found its queue paused n
 // times (once when it met the pause, then after each poll or wake-up).
 func (s Signals) WaitPausedLooks(t testing.TB, queue string, n int) {
@@ -48,17 +98,6 @@ func (s Signals) WaitPausedLooks(t testing.TB, queue string, n int) {
 		}
 		return seen >= n
 	})
-}
-
-// DropPausedLooks discards the paused looks signalled so far.
-func (s Signals) DropPausedLooks() {
-	for {
-		select {
-		case <-s.s.pausedLook.ch:
-		default:
-			return
-		}
-	}
 }
 
 // StartRecorded waits until the attempt record of job id is committed;

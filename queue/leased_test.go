@@ -163,12 +163,11 @@ func TestCancelRunningLeasedJob(t *testing.T) {
 			return context.Cause(ctx)
 		})},
 	})
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
 	// The cancel notification needs the listener: wait until it listens
 	// (without it, the next lease extension still finds the job cancelled).
-	waitFor(t, 10*time.Second, "listener", func() bool {
-		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
-	})
+	signals.WaitListening(t)
 	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
 	require.NoError(t, err)
 	<-running
@@ -220,9 +219,7 @@ func TestCancelBeforeTheLeaseIsRegistered(t *testing.T) {
 		<-proceed
 	})
 	e.run()
-	waitFor(t, 10*time.Second, "listener", func() bool {
-		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
-	})
+	signals.WaitListening(t)
 	r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "long"})
 	require.NoError(t, err)
 	require.Equal(t, r.ID, <-claimed)

@@ -35,6 +35,8 @@ type env struct {
 	schema string
 	reg    *prometheus.Registry
 	c      *queue.Client
+	// signals are c's test signals, when the test turned them on.
+	signals queue.Signals
 }
 
 // newEnv migrates a fresh schema and builds a client on it.

@@ -49,6 +49,7 @@ func outcomeEnv(t *testing.T, leased bool, policies map[string]queue.RetryPolicy
 		cfg.LeasedKinds = []string{"k"}
 	}
 	e := newEnv(t, cfg)
+	e.signals = queue.EnableTestSignals(e.c)
 	e.run()
 	return e
 }
@@ -110,7 +111,9 @@ func TestHandlerOutcomeControls(t *testing.T) {
 				require.NoError(t, err)
 				waitFor(t, 20*time.Second, "cancelled", func() bool { return e.count(`id = $1 AND state = 'cancelled'`, res.ID) == 1 })
 				require.Equal(t, 1, e.count(`id = $1 AND attempts = 1 AND finished_at IS NOT NULL AND last_error LIKE '%customer deleted%'`, res.ID))
-				time.Sleep(200 * time.Millisecond)
+				// The dispatcher looked again after the cancel committed
+				// and claimed nothing more.
+				require.Equal(t, 1, e.signals.LookAgain(t, "default"), "not retried")
 				require.Len(t, r.of(res.ID), 1, "not retried")
 				want := []queue.EventType{queue.EventEnqueued, queue.EventCancelled}
 				if mode.leased {
@@ -222,10 +225,9 @@ func TestCancelRunningHeldJob(t *testing.T) {
 		})},
 	})
 	schema = e.schema
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
-	waitFor(t, 10*time.Second, "listener", func() bool {
-		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' || $1 || '%'`, queue.WakeChannel(e.schema)) > 0
-	})
+	signals.WaitListening(t)
 	other := newEnvOn(t, e.pool, e.schema, queue.Config{}) // another process's client
 	res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "long", MaxAttempts: 5})
 	require.NoError(t, err)

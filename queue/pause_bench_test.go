@@ -81,7 +81,7 @@ func BenchmarkPauseResume(b *testing.B) {
 	var looks, lasts, resumes []time.Duration
 	b.ResetTimer()
 	for range b.N {
-		signals.DropPausedLooks() // looks of the last pause, after a wake-up
+		signals.ForgetPausedLooks() // looks of the last pause, after a wake-up
 		if err := admin.PauseQueue(ctx, "pb"); err != nil {
 			b.Fatal(err)
 		}

@@ -35,25 +35,29 @@ func TestEnqueueTxRollbackLeavesNothingCommitWakesWorker(t *testing.T) {
 
 	tx, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // the schema's drop waits for it
 	_, err = e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, 0, e.count(`true`))
 	require.Equal(t, 0, e.countSQL(`SELECT count(*) FROM `+e.table("events")))
 
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
-	// Wait until the worker has made its first look and gone to sleep.
-	waitFor(t, 10*time.Second, "listener up", func() bool {
-		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, notify.ApplicationName) > 0
-	})
+	// Wait until the worker listens, has looked after that and gone to
+	// sleep, idle-marked.
+	signals.WaitListening(t)
+	require.Zero(t, signals.LookAgain(t, "default"))
 	tx, err = e.pool.Begin(ctx)
 	require.NoError(t, err)
 	res, err := e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
+	// A look while the transaction is open does not see the job.
+	require.Zero(t, signals.LookAgain(t, "default"), "claimed a job before its transaction committed")
 	select {
 	case <-ran:
 		t.Fatal("job ran before its transaction committed")
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	require.NoError(t, tx.Commit(ctx))
 	select {
@@ -163,11 +167,10 @@ func TestDelayedJobRunsOnTimeNotBefore(t *testing.T) {
 			return nil
 		})},
 	})
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
 	ctx := context.Background()
-	waitFor(t, 10*time.Second, "listener up", func() bool {
-		return e.countSQL(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, notify.ApplicationName) > 0
-	})
+	signals.WaitListening(t)
 	// A far job first: the worker's timer is set to it.
 	far, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Delay: time.Hour})
 	require.NoError(t, err)

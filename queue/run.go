@@ -243,6 +243,9 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	}
 	loops.Go(func() { c.runPeriodic(ctx) })
 	loops.Wait() // dispatchers return when ctx is done
+	if ts := c.signals; ts != nil {
+		ts.draining.signal(struct{}{})
+	}
 
 	// Let running handlers finish, up to the deadline.
 	done := make(chan struct{})

@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Test signals (River's rivershared/testsignal): points of the runtime a
 // test waits on instead of sleeping. A Client has none (signals is nil)
@@ -27,11 +30,25 @@ func (s *testSignal[T]) signal(v T) {
 	}
 }
 
+// clear drops the signals sent and not read yet.
+func (s *testSignal[T]) clear() {
+	for {
+		select {
+		case <-s.ch:
+		default:
+			return
+		}
+	}
+}
+
 // asleepSignal is what a dispatcher signals when it blocks waiting for work.
 type asleepSignal struct {
 	queue string
 	// claimed counts the jobs the dispatcher claimed since it started.
 	claimed int
+	// lookSeq is the dispatcher's lookSeq: looksAsked when its last look
+	// began.
+	lookSeq int64
 }
 
 // armedSignal is what a dispatcher signals when it arms its timer for the
@@ -59,6 +76,17 @@ type testSignals struct {
 	// cancelKept: a cancel of a leased job not running here was kept
 	// (earlyCancels). Carries the job's id.
 	cancelKept testSignal[int64]
+	// listening: the listener (re)connected and LISTENs on the client's
+	// channel: its Resync reached the client, which woke its dispatchers
+	// (onNotify).
+	listening testSignal[struct{}]
+	// draining: Run's (or Stop's) dispatchers have all returned, and it
+	// waits for running handlers (serve).
+	draining testSignal[struct{}]
+	// looksAsked counts the looks tests asked for (each with a wake-up,
+	// under the loop's mu): a dispatcher asleep with a lookSeq of n has
+	// looked since the n-th was asked.
+	looksAsked atomic.Int64
 	// beforeLease, when set, runs (and may block) before a leased job's
 	// lease is registered in the client.
 	beforeLease func(id int64)
@@ -71,5 +99,7 @@ func newTestSignals() *testSignals {
 	s.pausedLook.init()
 	s.startsRecorded.init()
 	s.cancelKept.init()
+	s.listening.init()
+	s.draining.init()
 	return s
 }

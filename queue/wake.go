@@ -61,6 +61,9 @@ func (c *Client) onNotify(ev notify.Event) {
 		for _, l := range c.loops {
 			l.wake(sourceResync, 0)
 		}
+		if ts := c.signals; ts != nil {
+			ts.listening.signal(struct{}{})
+		}
 		select {
 		case c.pauseResync <- struct{}{}:
 		default:

@@ -28,16 +28,6 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-func TestTailBuffer(t *testing.T) {
-	t.Parallel()
-	tb := &tailBuffer{max: 10}
-	require.Equal(t, "", tb.suffix())
-	_, _ = tb.Write([]byte("  hello  \n"))
-	require.Equal(t, ": hello", tb.suffix())
-	_, _ = tb.Write([]byte("0123456789abc"))
-	require.Equal(t, ": ...3456789abc", tb.suffix())
-}
-
 func TestReorderArgs(t *testing.T) {
 	t.Parallel()
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
@@ -80,21 +70,4 @@ func FuzzReadBatch(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestPrintable(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in    string
-		lines bool
-		want  string
-	}{
-		{"plain text, ünïcode", false, "plain text, ünïcode"},
-		{"\x1b]0;pwned\x07title", false, `\x1b]0;pwned\x07title`},
-		{"red\x1b[31m\nnext\tcol", true, "red\\x1b[31m\nnext\\x09col"},
-		{"a\nb", false, `a\x0ab`},
-		{"c1 \u009b2J del \x7f bad \xff", false, `c1 \u009b2J del \x7f bad \xff`},
-	} {
-		require.Equal(t, c.want, printable(c.in, c.lines), "%q", c.in)
-	}
 }

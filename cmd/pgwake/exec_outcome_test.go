@@ -16,24 +16,6 @@ import (
 	"github.com/pgwake/pgwake/internal/sqlident"
 )
 
-func TestParseControl(t *testing.T) {
-	t.Parallel()
-	for line, want := range map[string]control{
-		"snooze 30s":             {verb: "snooze", delay: 30 * time.Second},
-		"cancel":                 {verb: "cancel"},
-		"cancel  not wanted ":    {verb: "cancel", reason: "not wanted"},
-		"retry-after 2m":         {verb: "retry-after", delay: 2 * time.Minute},
-		"retry-after 1h rate 42": {verb: "retry-after", delay: time.Hour, reason: "rate 42"},
-		"snooze":                 {bad: "snooze"},
-		"snooze -1s":             {bad: "snooze -1s"},
-		"snooze 1s extra":        {bad: "snooze 1s extra"},
-		"retry-after soon":       {bad: "retry-after soon"},
-		"frobnicate 1s":          {bad: "frobnicate 1s"},
-	} {
-		require.Equal(t, want, parseControl(line), line)
-	}
-}
-
 // runAfterIn is how far in the future job id is due.
 func runAfterIn(t *testing.T, schema string, id int64) time.Duration {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pgwake/pgwake/internal/termsafe"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -188,10 +189,10 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPTS\tRUN AFTER\tUNIQUE\tMETADATA\tLAST ERROR")
 	for _, j := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.ID, printable(j.Queue, false), printable(j.Kind, false),
-			printable(string(j.State), false), j.Attempts, j.MaxAttempts,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.ID, termsafe.Text(j.Queue, false), termsafe.Text(j.Kind, false),
+			termsafe.Text(string(j.State), false), j.Attempts, j.MaxAttempts,
 			j.RunAfter.Local().Format("2006-01-02 15:04:05"), orDash(shorten(uniqueText(j.JobInfo), 40)),
-			orDash(shorten(metadataText(j.Metadata, " "), 40)), printable(shorten(j.LastError, 60), false))
+			orDash(shorten(metadataText(j.Metadata, " "), 40)), termsafe.Text(shorten(j.LastError, 60), false))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -251,7 +252,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 	w := env.stdout
 	ts := func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000 MST") }
 	// Anyone who can write a job chose these strings: no terminal escapes.
-	j.Queue, j.Kind, j.State, j.UniqueKey = printable(j.Queue, false), printable(j.Kind, false), queue.JobState(printable(string(j.State), false)), printable(j.UniqueKey, false)
+	j.Queue, j.Kind, j.State, j.UniqueKey = termsafe.Text(j.Queue, false), termsafe.Text(j.Kind, false), queue.JobState(termsafe.Text(string(j.State), false)), termsafe.Text(j.UniqueKey, false)
 	fmt.Fprintf(w, "job %d\n", j.ID)
 	if deleted {
 		fmt.Fprintf(w, "  (row deleted by retention; history from the event log)\n  queue:        %s\n  kind:         %s\n", j.Queue, j.Kind)
@@ -273,9 +274,9 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(w, "  metadata:     %s\n", metadataText(j.Metadata, "\n                "))
 	}
 	if j.LastError != "" {
-		fmt.Fprintf(w, "  last error:   %s\n", indentMore(printable(j.LastError, true)))
+		fmt.Fprintf(w, "  last error:   %s\n", indentMore(termsafe.Text(j.LastError, true)))
 	}
-	fmt.Fprintf(w, "  payload:      %s\n", printable(shorten(string(j.Payload), 2000), false))
+	fmt.Fprintf(w, "  payload:      %s\n", termsafe.Text(shorten(string(j.Payload), 2000), false))
 	return printEvents(w, j.Events, ts)
 }
 
@@ -285,9 +286,9 @@ func printEvents(w io.Writer, events []eventRow, ts func(time.Time) string) erro
 	for _, e := range events {
 		data := ""
 		if len(e.Data) > 0 && string(e.Data) != "{}" {
-			data = printable(shorten(string(e.Data), 200), false)
+			data = termsafe.Text(shorten(string(e.Data), 200), false)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\tattempt %d\t%s\n", ts(e.At), printable(e.Type, false), e.Attempt, data)
+		fmt.Fprintf(tw, "  %s\t%s\tattempt %d\t%s\n", ts(e.At), termsafe.Text(e.Type, false), e.Attempt, data)
 	}
 	return tw.Flush()
 }
@@ -496,8 +497,8 @@ func uniqueText(j queue.JobInfo) string {
 	if j.UniqueKey == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s (scope %s, hold %s)", printable(j.UniqueKey, false), printable(string(j.UniqueScope), false),
-		printable(string(j.UniqueHold), false))
+	return fmt.Sprintf("%s (scope %s, hold %s)", termsafe.Text(j.UniqueKey, false), termsafe.Text(string(j.UniqueScope), false),
+		termsafe.Text(string(j.UniqueHold), false))
 }
 
 // metadataText is a job's metadata as key=value pairs in key order, joined
@@ -505,7 +506,7 @@ func uniqueText(j queue.JobInfo) string {
 func metadataText(m map[string]string, sep string) string {
 	pairs := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		pairs = append(pairs, printable(k, false)+"="+printable(m[k], false))
+		pairs = append(pairs, termsafe.Text(k, false)+"="+termsafe.Text(m[k], false))
 	}
 	return strings.Join(pairs, sep)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgwake/pgwake/internal/termsafe"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -147,7 +148,7 @@ func printStatsTable(w io.Writer, st []queue.QueueStat) error {
 			}
 			return strconv.FormatInt(v, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", printable(s.Queue, false), n("pending", s.Pending), n("scheduled", s.Scheduled),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", termsafe.Text(s.Queue, false), n("pending", s.Pending), n("scheduled", s.Scheduled),
 			s.Running, n("failed", s.Failed), n("succeeded_last_minute", s.SucceededLastMinute), oldest, state)
 	}
 	return tw.Flush()

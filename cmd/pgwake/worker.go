@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/backoff"
+	"github.com/pgwake/pgwake/internal/exechandler"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -257,12 +258,12 @@ func workerConfig(env *cliEnv, o workerOptions, reg *prometheus.Registry) (queue
 			return queue.Config{}, usagef("--listener-url %s: %s", redactURL(o.listenerURL), parseErrCause(err))
 		}
 	}
-	procs := newProcGroups()
-	env.onHardStop(procs.killAll)
+	procs := exechandler.NewProcGroups()
+	env.onHardStop(procs.KillAll)
 	handlers := make(map[string]queue.Handler, len(o.handlers))
-	environ := handlerEnviron(os.Environ(), o.handlerConnEnv)
+	environ := exechandler.Environ(os.Environ(), o.handlerConnEnv)
 	for kind, command := range o.handlers {
-		handlers[kind] = &execHandler{command: command, env: environ, stdout: env.stdout, stderr: env.stderr, procs: procs, grace: o.termGrace}
+		handlers[kind] = &exechandler.Handler{Command: command, Env: environ, Stdout: env.stdout, Stderr: env.stderr, Procs: procs, Grace: o.termGrace}
 	}
 	jobTimeout := o.jobTimeout
 	if jobTimeout <= 0 {

@@ -137,12 +137,59 @@ func nextJob(i int) queue.NewJob {
 
 func (d *demo) run(ctx context.Context) error {
 	o, out := d.o, d.out
-	reg := o.Registry
+	client, err := d.newClient()
+	if err != nil {
+		return err
+	}
+	d.client = client
+
+	// Workers stop when the jobs are done or on Ctrl-C.
+	stop := startWorkers(ctx, client)
+	defer func() { _ = stop() }()
+
+	fmt.Fprintf(out, "pgwake demo: enqueuing %d jobs at ~%.0f/s on queues default and critical (workers: %d + %d)\n",
+		o.Jobs, o.Rate, o.Concurrency, max(o.Concurrency/2, 1))
+
+	start := time.Now()
+	var enqueued atomic.Int64
+	prodErr := make(chan error, 1)
+	go func() { prodErr <- d.produce(ctx, start, &enqueued) }()
+
+	w, err := d.watch(ctx, start, &enqueued, prodErr)
+	if err != nil {
+		return err
+	}
+	if err := stop(); err != nil {
+		return err
+	}
+	if w.finishedAt.IsZero() {
+		w.finishedAt = time.Now()
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	last := w.last
+	if c, err := d.counts(sctx); err == nil {
+		last = c
+	}
+	d.summary(sctx, o.Registry, last, w.finishedAt.Sub(start))
+	switch {
+	case w.interrupted:
+		return ErrInterrupted
+	case w.timedOut:
+		return fmt.Errorf("the jobs did not all finish within --timeout %s", o.Timeout)
+	}
+	return nil
+}
+
+// newClient is the demo's client: workers on queues default and critical
+// (half the workers), a handler per kind, doubling retries from retryBase.
+func (d *demo) newClient() (*queue.Client, error) {
+	o := d.o
 	handlers := map[string]queue.Handler{}
 	for _, k := range []string{"email", "report", "reminder", "flaky", "broken"} {
 		handlers[k] = d.handler(k)
 	}
-	client, err := queue.New(d.pool, queue.Config{
+	return queue.New(d.pool, queue.Config{
 		Schema: d.schema,
 		Queues: map[string]queue.QueueConfig{
 			"default":  {MaxWorkers: o.Concurrency},
@@ -152,79 +199,81 @@ func (d *demo) run(ctx context.Context) error {
 		Backoff:     func(attempt int) time.Duration { return backoff.Exponential(attempt, retryBase, 24*time.Hour) },
 		MaxAttempts: MaxAttempts,
 		Logger:      o.Logger,
-		Registerer:  reg,
+		Registerer:  o.Registry,
 	})
-	if err != nil {
-		return err
-	}
-	d.client = client
+}
 
-	// Workers stop when the jobs are done or on Ctrl-C.
+// startWorkers runs client until ctx ends or stop is called; stop (safe to
+// call again) stops the workers and returns what Run returned.
+func startWorkers(ctx context.Context, client *queue.Client) (stop func() error) {
 	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
 	runErr := make(chan error, 1)
 	go func() { runErr <- client.Run(wctx) }()
-	workersStopped := false
-	stop := func() error {
-		if workersStopped {
+	stopped := false
+	return func() error {
+		if stopped {
 			return nil
 		}
-		workersStopped = true
+		stopped = true
 		stopWorkers()
 		return <-runErr
 	}
-	defer func() { _ = stop() }()
+}
 
-	fmt.Fprintf(out, "pgwake demo: enqueuing %d jobs at ~%.0f/s on queues default and critical (workers: %d + %d)\n",
-		o.Jobs, o.Rate, o.Concurrency, max(o.Concurrency/2, 1))
-
-	// Producer: a small batch every tick, so jobs arrive while workers idle
-	// and the latency shows the NOTIFY wake-up rather than a backlog.
-	start := time.Now()
-	var enqueued atomic.Int64
-	prodErr := make(chan error, 1)
-	go func() {
-		const tick = 20 * time.Millisecond
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		i := 0
-		for i < o.Jobs {
-			want := min(o.Jobs, int(o.Rate*time.Since(start).Seconds())+1)
-			if want > i {
-				batch := make([]queue.NewJob, 0, want-i)
-				for ; i < want; i++ {
-					batch = append(batch, nextJob(i))
-				}
-				var err error
-				if len(batch) == 1 {
-					_, err = client.Enqueue(ctx, batch[0])
-				} else {
-					_, err = client.EnqueueMany(ctx, batch)
-				}
-				if err != nil {
-					prodErr <- err
-					return
-				}
-				enqueued.Add(int64(len(batch)))
+// produce enqueues the workload: a small batch every tick, so jobs arrive
+// while workers idle and the latency shows the NOTIFY wake-up rather than a
+// backlog. It counts the jobs in enqueued and returns when all are in, ctx
+// ended (nil) or an enqueue failed.
+func (d *demo) produce(ctx context.Context, start time.Time, enqueued *atomic.Int64) error {
+	o := d.o
+	const tick = 20 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	i := 0
+	for i < o.Jobs {
+		want := min(o.Jobs, int(o.Rate*time.Since(start).Seconds())+1)
+		if want > i {
+			batch := make([]queue.NewJob, 0, want-i)
+			for ; i < want; i++ {
+				batch = append(batch, nextJob(i))
 			}
-			select {
-			case <-ctx.Done():
-				prodErr <- nil
-				return
-			case <-t.C:
+			var err error
+			if len(batch) == 1 {
+				_, err = d.client.Enqueue(ctx, batch[0])
+			} else {
+				_, err = d.client.EnqueueMany(ctx, batch)
 			}
+			if err != nil {
+				return err
+			}
+			enqueued.Add(int64(len(batch)))
 		}
-		prodErr <- nil
-	}()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
 
-	p := newProgress(out, o.Jobs)
+// watched is how the progress watch ended.
+type watched struct {
+	last                  counts
+	finishedAt            time.Time // zero unless every job finished
+	interrupted, timedOut bool
+}
+
+// watch draws the progress until every job finished, ctx ends or the
+// demo's timeout passes; an error when the producer failed or the progress
+// could not be read.
+func (d *demo) watch(ctx context.Context, start time.Time, enqueued *atomic.Int64, prodErr <-chan error) (watched, error) {
+	o := d.o
+	var w watched
+	p := newProgress(d.out, o.Jobs)
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
-	var last counts
 	producing := true
-	var finishedAt time.Time
-	interrupted, timedOut := false, false
-loop:
 	for {
 		if producing {
 			select {
@@ -232,53 +281,35 @@ loop:
 				producing = false
 				if err != nil {
 					p.clear()
-					return fmt.Errorf("enqueue: %w", err)
+					return w, fmt.Errorf("enqueue: %w", err)
 				}
 			default:
 			}
 		}
 		c, err := d.counts(ctx)
 		if err == nil {
-			last = c
+			w.last = c
 			p.draw(c, enqueued.Load(), time.Since(start))
 			if !producing && c.finished() >= int64(o.Jobs) {
-				finishedAt = time.Now()
-				break loop
+				w.finishedAt = time.Now()
+				break
 			}
 		} else if ctx.Err() == nil {
 			p.clear()
-			return err
+			return w, err
 		}
 		select {
 		case <-ctx.Done():
-			interrupted = true
-			break loop
+			w.interrupted = true
 		case <-deadline.C:
-			timedOut = true
-			break loop
+			w.timedOut = true
 		case <-time.After(p.interval):
+			continue
 		}
+		break
 	}
-	p.done(last, enqueued.Load(), time.Since(start))
-	if err := stop(); err != nil {
-		return err
-	}
-	if finishedAt.IsZero() {
-		finishedAt = time.Now()
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if c, err := d.counts(sctx); err == nil {
-		last = c
-	}
-	d.summary(sctx, reg, last, finishedAt.Sub(start))
-	switch {
-	case interrupted:
-		return ErrInterrupted
-	case timedOut:
-		return fmt.Errorf("the jobs did not all finish within --timeout %s", o.Timeout)
-	}
-	return nil
+	p.done(w.last, enqueued.Load(), time.Since(start))
+	return w, nil
 }
 
 // counts is the demo schema's state.

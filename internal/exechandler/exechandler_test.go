@@ -1,10 +1,11 @@
-package main
+package exechandler
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,13 +20,13 @@ func TestHandlerEnvironmentHasNoConnectionSettings(t *testing.T) {
 	t.Parallel()
 	environ := []string{
 		"PATH=/usr/bin:/bin", "HOME=/home/app", "APP_SETTING=kept",
-		envDatabaseURL + "=postgres://app:s3cretPW@db/app", envFallbackURL + "=postgres://app:s3cretPW@db/app",
-		"PGWAKE_LISTENER_URL=postgres://app:s3cretPW@db/app", envBrokerURL + "=amqp://app:s3cretPW@mq/",
+		"PGWAKE_DATABASE_URL=postgres://app:s3cretPW@db/app", "DATABASE_URL=postgres://app:s3cretPW@db/app",
+		"PGWAKE_LISTENER_URL=postgres://app:s3cretPW@db/app", "PGWAKE_BROKER_URL=amqp://app:s3cretPW@mq/",
 		"PGPASSWORD=s3cretPW", "PGSSLPASSWORD=s3cretPW", "PGHOST=db", "PGUSER=app", "PGSERVICE=pgwake",
 	}
 	run := func(pass bool) string {
 		var out bytes.Buffer
-		h := &execHandler{command: "env", env: handlerEnviron(environ, pass), stdout: &out, stderr: &out, procs: newProcGroups()}
+		h := &Handler{Command: "env", Env: Environ(environ, pass), Stdout: &out, Stderr: &out, Procs: NewProcGroups()}
 		require.NoError(t, h.Handle(context.Background(), nil, &queue.Job{ID: 7, Kind: "k", Queue: "q", Attempt: 1, MaxAttempts: 1}))
 		return out.String()
 	}
@@ -39,7 +40,7 @@ func TestHandlerEnvironmentHasNoConnectionSettings(t *testing.T) {
 	require.Contains(t, got, "PGWAKE_JOB_ID=7")
 	passed := run(true)
 	require.Contains(t, passed, "PGPASSWORD=s3cretPW")
-	require.Contains(t, passed, envDatabaseURL+"=postgres://app:s3cretPW@db/app")
+	require.Contains(t, passed, "PGWAKE_DATABASE_URL=postgres://app:s3cretPW@db/app")
 	require.True(t, strings.Contains(passed, "PGWAKE_JOB_ID=7"))
 }
 
@@ -51,10 +52,10 @@ func TestHandlerEnvironmentHasNoConnectionSettings(t *testing.T) {
 func TestHandlerOutputIsPrefixedAndEscaped(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	h := &execHandler{
-		command: `printf '2026-01-01T00:00:00.000Z\tINFO\tworker\tjob succeeded\n\033]0;pwned\007\033[2J\r\nlast'; ` +
+	h := &Handler{
+		Command: `printf '2026-01-01T00:00:00.000Z\tINFO\tworker\tjob succeeded\n\033]0;pwned\007\033[2J\r\nlast'; ` +
 			`printf 'oops\n' >&2; head -c 40000 /dev/zero | tr '\0' x`,
-		env: []string{"PATH=/usr/bin:/bin"}, stdout: &stdout, stderr: &stderr, procs: newProcGroups(),
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &stdout, Stderr: &stderr, Procs: NewProcGroups(),
 	}
 	require.NoError(t, h.Handle(context.Background(), nil, &queue.Job{ID: 42, Kind: "k", Queue: "q", Attempt: 1, MaxAttempts: 1}))
 	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
@@ -67,4 +68,32 @@ func TestHandlerOutputIsPrefixedAndEscaped(t *testing.T) {
 		require.LessOrEqual(t, len(l), lineWriterMax+len("job 42 k stdout: "))
 	}
 	require.Equal(t, "job 42 k stderr: oops\n", stderr.String())
+}
+
+func TestTailBuffer(t *testing.T) {
+	t.Parallel()
+	tb := &tailBuffer{max: 10}
+	require.Equal(t, "", tb.suffix())
+	_, _ = tb.Write([]byte("  hello  \n"))
+	require.Equal(t, ": hello", tb.suffix())
+	_, _ = tb.Write([]byte("0123456789abc"))
+	require.Equal(t, ": ...3456789abc", tb.suffix())
+}
+
+func TestParseControl(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]control{
+		"snooze 30s":             {verb: "snooze", delay: 30 * time.Second},
+		"cancel":                 {verb: "cancel"},
+		"cancel  not wanted ":    {verb: "cancel", reason: "not wanted"},
+		"retry-after 2m":         {verb: "retry-after", delay: 2 * time.Minute},
+		"retry-after 1h rate 42": {verb: "retry-after", delay: time.Hour, reason: "rate 42"},
+		"snooze":                 {bad: "snooze"},
+		"snooze -1s":             {bad: "snooze -1s"},
+		"snooze 1s extra":        {bad: "snooze 1s extra"},
+		"retry-after soon":       {bad: "retry-after soon"},
+		"frobnicate 1s":          {bad: "frobnicate 1s"},
+	} {
+		require.Equal(t, want, parseControl(line), line)
+	}
 }

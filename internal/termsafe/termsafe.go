@@ -1,4 +1,6 @@
-package main
+// Package termsafe makes text from the database or from a handler command
+// safe to print on a terminal (pgwake's CLI, its worker's output).
+package termsafe
 
 import (
 	"fmt"
@@ -7,12 +9,12 @@ import (
 	"unicode/utf8"
 )
 
-// printable makes text from the database safe to print on a terminal:
+// Text makes text from the database safe to print on a terminal:
 // control characters (C0, DEL, C1: escape sequences start with them) are
 // written as Go escapes (\x1b, \u009b), bytes that are not UTF-8 as \xff.
 // With keepNewlines, '\n' stays (multi-line errors); tabs are always
 // escaped, since they would shift tabwriter's columns.
-func printable(s string, keepNewlines bool) string {
+func Text(s string, keepNewlines bool) string {
 	clean := true
 	for _, r := range s {
 		if r == utf8.RuneError || (unicode.IsControl(r) && !(keepNewlines && r == '\n')) {

@@ -1,4 +1,8 @@
-package main
+// Package exechandler is the queue.Handler behind `pgwake worker --handler
+// KIND=exec:COMMAND`: it runs the job as a shell command, the payload on
+// stdin and the job in the environment, and turns its exit status and
+// control lines into the attempt's outcome. cmd/pgwake wires it.
+package exechandler
 
 import (
 	"bytes"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgwake/pgwake/internal/termsafe"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -23,36 +28,39 @@ import (
 // job's error.
 const stderrTailBytes = 2048
 
-// execHandler runs a job as `sh -c COMMAND`: payload on stdin, job details in
-// the environment, exit 0 for success, otherwise the tail of stderr is the
-// error. A control line on stdout (see parseControl) asks for another
-// outcome. When the attempt's context ends (Cancel of the running job,
-// timeout, shutdown deadline) its process group gets SIGTERM, then SIGKILL
-// after grace.
-type execHandler struct {
-	command string
-	env     []string  // the command's environment, before the job's variables
-	stdout  io.Writer // the handler's stdout is copied here
-	stderr  io.Writer // and its stderr here (besides the tail kept)
-	procs   *procGroups
-	grace   time.Duration // SIGTERM to SIGKILL; 0 sends SIGKILL at once
+// Handler runs a job as `sh -c Command`: payload on stdin, job details in
+// the environment (PGWAKE_JOB_ID, _KIND, _QUEUE, _ATTEMPT, _MAX_ATTEMPTS,
+// _PRIORITY), exit 0 for success, otherwise the tail of stderr is the
+// error. A control line on stdout ("::pgwake snooze D", "::pgwake cancel
+// [REASON]", "::pgwake retry-after D [REASON]") asks for another outcome.
+// When the attempt's context ends (Cancel of the running job, timeout,
+// shutdown deadline) its process group gets SIGTERM, then SIGKILL after
+// Grace. The command's output is copied line by line to Stdout and Stderr,
+// each line prefixed with the job and escaped (termsafe).
+type Handler struct {
+	Command string
+	Env     []string  // the command's environment, before the job's variables (see Environ)
+	Stdout  io.Writer // the command's stdout is copied here
+	Stderr  io.Writer // and its stderr here (besides the tail kept)
+	Procs   *ProcGroups
+	Grace   time.Duration // SIGTERM to SIGKILL; 0 sends SIGKILL at once
 }
 
 // connectionEnv are the variables that hold pgwake's connection settings:
-// its own URLs and the libpq variables pgx reads. Every PGWAKE_ variable is
-// pgwake's too.
+// its own URLs (DATABASE_URL, the CLI's fallback) and the libpq variables
+// pgx reads. Every PGWAKE_ variable is pgwake's too.
 var connectionEnv = map[string]bool{
-	envFallbackURL: true, "PGHOST": true, "PGPORT": true, "PGDATABASE": true, "PGUSER": true,
+	"DATABASE_URL": true, "PGHOST": true, "PGPORT": true, "PGDATABASE": true, "PGUSER": true,
 	"PGPASSWORD": true, "PGPASSFILE": true, "PGSERVICE": true, "PGSERVICEFILE": true, "PGAPPNAME": true,
 	"PGCONNECT_TIMEOUT": true, "PGSSLMODE": true, "PGSSLKEY": true, "PGSSLCERT": true, "PGSSLROOTCERT": true,
 	"PGSSLPASSWORD": true, "PGSSLSNI": true, "PGSSLNEGOTIATION": true, "PGTARGETSESSIONATTRS": true,
 	"PGOPTIONS": true, "PGREQUIRESSL": true,
 }
 
-// handlerEnviron is environ (os.Environ()) for handler commands: without
+// Environ is environ (os.Environ()) for handler commands: without
 // pgwake's connection settings (database and broker URLs, passwords),
 // unless passConnection.
-func handlerEnviron(environ []string, passConnection bool) []string {
+func Environ(environ []string, passConnection bool) []string {
 	if passConnection {
 		return environ
 	}
@@ -67,28 +75,29 @@ func handlerEnviron(environ []string, passConnection bool) []string {
 	return out
 }
 
-// procGroups tracks running commands so a hard stop can kill them all.
-type procGroups struct {
+// ProcGroups tracks running commands so a hard stop can kill them all.
+type ProcGroups struct {
 	mu   sync.Mutex
 	pids map[int]struct{}
 }
 
-func newProcGroups() *procGroups { return &procGroups{pids: map[int]struct{}{}} }
+// NewProcGroups returns an empty ProcGroups.
+func NewProcGroups() *ProcGroups { return &ProcGroups{pids: map[int]struct{}{}} }
 
-func (p *procGroups) add(pid int) {
+func (p *ProcGroups) add(pid int) {
 	p.mu.Lock()
 	p.pids[pid] = struct{}{}
 	p.mu.Unlock()
 }
 
-func (p *procGroups) remove(pid int) {
+func (p *ProcGroups) remove(pid int) {
 	p.mu.Lock()
 	delete(p.pids, pid)
 	p.mu.Unlock()
 }
 
-// killAll sends SIGKILL to every running command's process group.
-func (p *procGroups) killAll() {
+// KillAll sends SIGKILL to every running command's process group.
+func (p *ProcGroups) KillAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for pid := range p.pids {
@@ -97,11 +106,11 @@ func (p *procGroups) killAll() {
 }
 
 // Handle implements queue.Handler.
-func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
-	cmd := exec.Command("sh", "-c", h.command)
+func (h *Handler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
+	cmd := exec.Command("sh", "-c", h.Command)
 	cmd.SysProcAttr = handlerSysProcAttr()
 	cmd.Stdin = bytes.NewReader(job.Payload)
-	cmd.Env = append(slices.Clip(h.env),
+	cmd.Env = append(slices.Clip(h.Env),
 		"PGWAKE_JOB_ID="+strconv.FormatInt(job.ID, 10),
 		"PGWAKE_JOB_KIND="+job.Kind,
 		"PGWAKE_JOB_QUEUE="+job.Queue,
@@ -113,10 +122,10 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 	// The command's output is copied line by line, each line prefixed with
 	// the job and escaped: a command cannot forge pgwake's log lines or
 	// send escape sequences to the terminal reading them.
-	out := newLineWriter(h.stdout, fmt.Sprintf("job %d %s stdout: ", job.ID, printable(job.Kind, false)))
+	out := newLineWriter(h.Stdout, fmt.Sprintf("job %d %s stdout: ", job.ID, termsafe.Text(job.Kind, false)))
 	ctl := &controlWatcher{}
 	out.onLine = ctl.line
-	errOut := newLineWriter(h.stderr, fmt.Sprintf("job %d %s stderr: ", job.ID, printable(job.Kind, false)))
+	errOut := newLineWriter(h.Stderr, fmt.Sprintf("job %d %s stderr: ", job.ID, termsafe.Text(job.Kind, false)))
 	defer out.flush()
 	defer errOut.flush()
 	cmd.Stdout = out
@@ -128,8 +137,8 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 		return fmt.Errorf("start sh -c: %w", err)
 	}
 	pid := cmd.Process.Pid
-	h.procs.add(pid)
-	defer h.procs.remove(pid)
+	h.Procs.add(pid)
+	defer h.Procs.remove(pid)
 
 	waitDone := make(chan error, 1)
 	go func() { waitDone <- cmd.Wait() }()
@@ -146,12 +155,12 @@ func (h *execHandler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) erro
 		// Stop the whole group, sh and whatever it started: SIGTERM, and
 		// SIGKILL for what is still running after the grace period.
 		how := "killed"
-		if h.grace > 0 {
+		if h.Grace > 0 {
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
 			select {
 			case <-waitDone:
 				how = "terminated"
-			case <-time.After(h.grace):
+			case <-time.After(h.Grace):
 			}
 		}
 		if how == "killed" {
@@ -228,7 +237,7 @@ func (c *controlWatcher) line(l string) {
 
 // outcome applies the command's last control line, if any, to the result
 // of its exit status (err: nil for exit 0).
-func (h *execHandler) outcome(err error, ctl *controlWatcher) error {
+func (h *Handler) outcome(err error, ctl *controlWatcher) error {
 	ctl.mu.Lock()
 	c := ctl.last
 	ctl.mu.Unlock()
@@ -237,7 +246,7 @@ func (h *execHandler) outcome(err error, ctl *controlWatcher) error {
 	}
 	if c.bad != "" {
 		return fmt.Errorf("malformed control line %q (want %ssnooze D, %scancel [REASON] or %sretry-after D [REASON])",
-			printable(c.bad, false), controlPrefix, controlPrefix, controlPrefix)
+			termsafe.Text(c.bad, false), controlPrefix, controlPrefix, controlPrefix)
 	}
 	reason := err
 	if c.reason != "" {
@@ -257,7 +266,7 @@ func (h *execHandler) outcome(err error, ctl *controlWatcher) error {
 }
 
 // result turns the command's exit into the attempt's outcome.
-func (h *execHandler) result(err error, tail *tailBuffer) error {
+func (h *Handler) result(err error, tail *tailBuffer) error {
 	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
 		// ErrWaitDelay: exit status 0, but something it started kept its
 		// output open; the command succeeded.
@@ -320,7 +329,7 @@ func (l *lineWriter) emit(line []byte) {
 	if l.onLine != nil {
 		l.onLine(s)
 	}
-	_, _ = io.WriteString(l.w, l.prefix+printable(s, false)+"\n")
+	_, _ = io.WriteString(l.w, l.prefix+termsafe.Text(s, false)+"\n")
 }
 
 // flush writes what is left of an unfinished last line.
