@@ -344,6 +344,13 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 				return result{}, err
 			}
 		}
+		if o.top && stmts {
+			log.Printf("statements of the backlog's publish (cumulative with the above):")
+			logTop(ctx, admin, db)
+			if _, err := admin.Exec(ctx, `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)`, db); err != nil {
+				return result{}, err
+			}
+		}
 		dctx, dcancel := context.WithCancel(ctx)
 		defer dcancel()
 		ch, err := sub.Subscribe(dctx, topic)
@@ -365,6 +372,10 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 		}
 		res.drainPerSec = float64(o.drain) / time.Since(start).Seconds()
 		stopProf()
+		if o.top && stmts {
+			log.Printf("statements of the drain:")
+			logTop(ctx, admin, db)
+		}
 		dcancel()
 		for range ch {
 		}
@@ -418,8 +429,8 @@ func counters(ctx context.Context, admin *pgxpool.Pool, db string, stmts bool) (
 
 // logTop logs the statements run in database db, most frequent first.
 func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
-	rows, err := admin.Query(ctx, `SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY calls DESC LIMIT 12`, db)
+	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY calls DESC LIMIT 16`, db)
 	if err != nil {
 		log.Print(err)
 		return
@@ -427,9 +438,10 @@ func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
 	defer rows.Close()
 	for rows.Next() {
 		var calls int64
+		var total float64
 		var q string
-		if err := rows.Scan(&calls, &q); err == nil {
-			log.Printf("  %6d  %s", calls, q)
+		if err := rows.Scan(&calls, &total, &q); err == nil {
+			log.Printf("  %6d  %9.1fms  %7.3fms/call  %s", calls, total, total/float64(calls), q)
 		}
 	}
 }
