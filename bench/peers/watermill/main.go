@@ -10,7 +10,7 @@
 // Each system runs in a database of its own (created and dropped per run), so
 // the counters of one never include the other's. watermill-sql runs at its
 // default poll interval (1s) and at a tuned one (-tuned, 10ms by default);
-// pgwake with its defaults (MaxBatch 32) and with MaxBatch 1.
+// pgwake with its defaults (MaxBatch 64) and with MaxBatch 1.
 // Results are medians over -runs runs.
 //
 //	cd bench/peers && go run ./watermill                  # throwaway cluster
@@ -138,7 +138,7 @@ func run(o options) error {
 	}
 
 	systems := []system{
-		{"pgwake events/pubsub, defaults (MaxBatch 32, poll fallback 2s)", setupPgwake(0)},
+		{"pgwake events/pubsub, defaults", setupPgwake(0)},
 		{"pgwake events/pubsub, MaxBatch 1", setupPgwake(1)},
 		{"watermill-sql v4, poll 1s (default)", setupWatermillSQL(time.Second)},
 		{"watermill-sql v4, poll " + o.tuned.String() + " (tuned)", setupWatermillSQL(o.tuned)},
