@@ -18,7 +18,7 @@
 //
 // With -db, pg_stat_statements must be in shared_preload_libraries for the
 // statements column (otherwise it reads n/a). -only NAME runs the systems
-// whose name contains NAME; -cpuprofile FILE writes a Go CPU profile of each
+// whose name contains NAME, -skip NAME the others; -cpuprofile FILE writes a Go CPU profile of each
 // drain to FILE.<system>.<run>.
 package main
 
@@ -61,6 +61,7 @@ type options struct {
 	top      bool
 	drain    int
 	only     string
+	skip     string
 	cpuprof  string
 	dataDir  string // the throwaway cluster's, for its CPU time; "" with -db
 }
@@ -76,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.top, "top", false, "log the statements each system ran while idle")
 	flag.IntVar(&o.drain, "drain", 5000, "messages published in batches of 100 before the subscriber drains them (0: skip)")
 	flag.StringVar(&o.only, "only", "", "run only the systems whose name contains this")
+	flag.StringVar(&o.skip, "skip", "", "skip the systems whose name contains this")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a Go CPU profile of the drains to this file")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -145,6 +147,9 @@ func run(o options) error {
 	}
 	if o.only != "" {
 		systems = slices.DeleteFunc(systems, func(s system) bool { return !strings.Contains(s.name, o.only) })
+	}
+	if o.skip != "" {
+		systems = slices.DeleteFunc(systems, func(s system) bool { return strings.Contains(s.name, o.skip) })
 	}
 	results := make([][]result, len(systems))
 	for r := range o.runs {
