@@ -219,18 +219,20 @@ func (r *attemptResult) recorded(rec failRecord) {
 }
 
 // probeByID makes the rest of the claim transaction plan without
-// sequential scans. The succeed statement moves a batch by id (id =
-// ANY($1)); once a connection has run it five times, PostgreSQL may keep a
-// generic plan, costed for the table as it was then: a connection that
-// warmed up on a small table (a quiet queue, a new one) then seq-scanned the
-// whole table for every batch of a backlog, until autovacuum's next ANALYZE,
-// 7.5-15 ms per batch of 32 in bench/peers/watermill's drain. Every plan of
-// succeed is built after this setting, the generic one included, so it
-// probes the primary keys at any table size and can be kept
-// (TestSucceedPlansForTheCurrentTable). Forcing a custom plan instead, as
-// before issue 15's drain work, cost a planning of the statement per batch:
-// 0.17-0.2 ms, more than half of completing one message at a time.
-const probeByID = "SET LOCAL enable_seqscan = off"
+// sequential scans, and keep its plans. The succeed statement moves a batch
+// by id (id = ANY($1)); once a connection has run it five times, PostgreSQL
+// may keep a generic plan, costed for the table as it was then: a
+// connection that warmed up on a small table (a quiet queue, a new one)
+// then seq-scanned the whole table for every batch of a backlog, until
+// autovacuum's next ANALYZE, 7.5-15 ms per batch of 32 in
+// bench/peers/watermill's drain. Every plan of succeed is built after this
+// setting, the generic one included, so it probes the primary keys at any
+// table size (TestSucceedPlansForTheCurrentTable) and is kept: forcing a
+// custom plan instead, as before issue 15's drain work, planned the
+// statement for every batch, 0.17-0.2 ms each, more than half of completing
+// a batch of one (and left to itself, PostgreSQL keeps planning batches of
+// one: a custom plan for one id looks cheaper than the generic one).
+const probeByID = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 // complete records cancels and successes in the claim transaction, deletes
 // the batch's attempt records and commits, in one round trip, then returns
