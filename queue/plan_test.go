@@ -160,6 +160,25 @@ func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	planned := explain("q", probeByID)
 	require.Contains(t, planned, "jobs_pkey", planned)
 	require.NotContains(t, planned, "Seq Scan on jobs", planned)
+
+	// The settings end with the statement: they are back as they were (the
+	// session's force_generic_plan here, not the server's default) for
+	// whatever runs before COMMIT (the event feed's commit-time trigger).
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	_, err = tx.Exec(ctx, probeByID)
+	require.NoError(t, err)
+	var seqscan, mode string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan')`).Scan(&seqscan))
+	require.Equal(t, "off", seqscan)
+	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = auto`) // as a statement in between might
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, probeByIDEnd)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode')`).Scan(&seqscan, &mode))
+	require.Equal(t, "on", seqscan)
+	require.Equal(t, "force_generic_plan", mode)
 }
 
 // The leased claim starts the head job through its ctid (a TID scan), even
