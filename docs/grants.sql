@@ -117,7 +117,8 @@ TO {{worker_role}}, {{operator_role}};
 GRANT EXECUTE ON FUNCTION {{schema}}.retry(bigint) TO {{operator_role}};
 -- The Watermill publisher (migration 0016) publishes through one function
 -- that reads the topic's consumer groups and enqueues: producers, and
--- workers whose subscribers publish to a poison topic.
+-- workers whose subscribers publish to a poison topic. (Migration 0018
+-- replaced its body, same signature: the grant stays.)
 GRANT EXECUTE ON FUNCTION
     {{schema}}.watermill_publish(text, text, text, jsonb[], timestamptz[], integer, integer)
 TO {{producer_role}}, {{worker_role}};

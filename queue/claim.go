@@ -220,11 +220,16 @@ func scanClaimedJob(rows pgx.Rows, extra ...any) (claimedJob, error) {
 	var attempts, maxAttempts int32
 	var waitSec float64
 	var meta *string
-	dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &prio, &attempts, &maxAttempts,
+	// Into []byte, not json.RawMessage: pgx would run a RawMessage
+	// through encoding/json (a validation pass over every payload) where
+	// it copies a []byte; PostgreSQL's jsonb is valid JSON already.
+	var payload []byte
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &prio, &attempts, &maxAttempts,
 		&j.RunAfter, &j.CreatedAt, &j.UniqueKey, &j.LastError, &waitSec, &meta}
 	if err := rows.Scan(append(dest, extra...)...); err != nil {
 		return cj, err
 	}
+	j.Payload = payload
 	j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
 	if meta != nil {
 		// Not a JSON object of strings (written by hand through the

@@ -218,15 +218,34 @@ func (r *attemptResult) recorded(rec failRecord) {
 	}
 }
 
-// customPlan makes the rest of the claim transaction plan each statement
-// for its arguments and the table's current size. The succeed statement
-// moves a batch by id (id = ANY($1)); once a connection has run it five
-// times, PostgreSQL may keep a generic plan, costed for the table as it was
-// then: a connection that warmed up on a small table (a quiet queue, a new
-// one) then seq-scans the whole table for every batch of a backlog, until
-// autovacuum's next ANALYZE, 7.5-15 ms per batch of 32 in
-// bench/peers/watermill's drain (TestSucceedPlansForTheCurrentTable).
-const customPlan = "SET LOCAL plan_cache_mode = force_custom_plan"
+// probeByID makes the succeed statement plan without sequential scans, and
+// keep its plan; probeByIDEnd puts the two settings back as they were. The
+// statement moves a batch by id (id = ANY($1)); once a connection has run
+// it five times, PostgreSQL may keep a generic plan, costed for the table as
+// it was then: a connection that warmed up on a small table (a quiet queue,
+// a new one) then seq-scanned the whole table for every batch of a backlog,
+// until autovacuum's next ANALYZE, 7.5-15 ms per batch of 32 in
+// bench/peers/watermill's drain. Every plan of succeed is built under these
+// settings, the generic one included, so it probes the primary keys at any
+// table size (TestSucceedPlansForTheCurrentTable) and is kept: forcing a
+// custom plan instead, as before issue 15's drain work, planned the
+// statement for every batch, 0.17-0.2 ms each, more than half of completing
+// a batch of one (and left to itself, PostgreSQL keeps planning batches of
+// one: a custom plan for one id looks cheaper than the generic one).
+//
+// The settings must not outlive the statement: a plan that can only scan
+// (a sequence, a table without a usable index, as in the commit-time
+// trigger of the event feed) gets enable_seqscan's penalty in its cost,
+// which then crosses jit_above_cost, and is cached that way by PL/pgSQL for
+// every later transaction of the connection: 100 ms or more of JIT
+// compilation per COMMIT. The previous values are kept in a
+// transaction-local setting of our own meanwhile.
+const (
+	probeByID = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)
+FROM (SELECT pg_catalog.set_config('pgwake.probe_saved', pg_catalog.current_setting('enable_seqscan') || ' ' || pg_catalog.current_setting('plan_cache_mode'), true)) s`
+	probeByIDEnd = `SELECT pg_catalog.set_config('enable_seqscan', pg_catalog.split_part(pg_catalog.current_setting('pgwake.probe_saved'), ' ', 1), true),
+	pg_catalog.set_config('plan_cache_mode', pg_catalog.split_part(pg_catalog.current_setting('pgwake.probe_saved'), ' ', 2), true)`
+)
 
 // complete records cancels and successes in the claim transaction, deletes
 // the batch's attempt records and commits, in one round trip, then returns
@@ -249,8 +268,9 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
 	marked := map[int64]bool{}
-	pb.Queue(customPlan)
+	pb.Queue(probeByID)
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
+	pb.Queue(probeByIDEnd)
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {

@@ -10,7 +10,7 @@
 // Each system runs in a database of its own (created and dropped per run), so
 // the counters of one never include the other's. watermill-sql runs at its
 // default poll interval (1s) and at a tuned one (-tuned, 10ms by default);
-// pgwake with its defaults (MaxBatch 32) and with MaxBatch 1.
+// pgwake with its defaults (MaxBatch 64) and with MaxBatch 1.
 // Results are medians over -runs runs.
 //
 //	cd bench/peers && go run ./watermill                  # throwaway cluster
@@ -18,7 +18,7 @@
 //
 // With -db, pg_stat_statements must be in shared_preload_libraries for the
 // statements column (otherwise it reads n/a). -only NAME runs the systems
-// whose name contains NAME; -cpuprofile FILE writes a Go CPU profile of each
+// whose name contains NAME, -skip NAME the others; -cpuprofile FILE writes a Go CPU profile of each
 // drain to FILE.<system>.<run>.
 package main
 
@@ -30,11 +30,13 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -59,7 +61,9 @@ type options struct {
 	top      bool
 	drain    int
 	only     string
+	skip     string
 	cpuprof  string
+	dataDir  string // the throwaway cluster's, for its CPU time; "" with -db
 }
 
 func main() {
@@ -73,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.top, "top", false, "log the statements each system ran while idle")
 	flag.IntVar(&o.drain, "drain", 5000, "messages published in batches of 100 before the subscriber drains them (0: skip)")
 	flag.StringVar(&o.only, "only", "", "run only the systems whose name contains this")
+	flag.StringVar(&o.skip, "skip", "", "skip the systems whose name contains this")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a Go CPU profile of the drains to this file")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -90,24 +95,32 @@ type result struct {
 	p50, p99, max  time.Duration
 	pubP50, pubP99 time.Duration // the Publish call alone
 	drainPerSec    float64       // messages/s a subscriber drains from a backlog
-	received       int
-	stmtPerSec     float64 // -1: pg_stat_statements unavailable
-	txPerSec       float64
+	// CPU time per drained message: this process (the subscriber and the
+	// bench) and the cluster's processes; -1 when unknown (-db).
+	drainGoCPU, drainPGCPU time.Duration
+	received               int
+	stmtPerSec             float64 // -1: pg_stat_statements unavailable
+	txPerSec               float64
 }
 
 func run(o options) error {
 	ctx := context.Background()
 	url := o.db
 	if url == "" {
-		c, err := pgcluster.Start(ctx, pgcluster.Options{ExtraConf: map[string]string{
+		conf := map[string]string{
 			"shared_preload_libraries": "pg_stat_statements",
 			"pg_stat_statements.track": "all",
-		}})
+		}
+		if o.top {
+			conf["pg_stat_statements.track_planning"] = "on"
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Options{ExtraConf: conf})
 		if err != nil {
 			return err
 		}
 		defer c.Stop() //nolint:errcheck // best effort at exit
 		url = c.URL
+		o.dataDir = c.DataDir
 	}
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -127,13 +140,16 @@ func run(o options) error {
 	}
 
 	systems := []system{
-		{"pgwake events/pubsub, defaults (MaxBatch 32, poll fallback 2s)", setupPgwake(0)},
+		{"pgwake events/pubsub, defaults", setupPgwake(0)},
 		{"pgwake events/pubsub, MaxBatch 1", setupPgwake(1)},
 		{"watermill-sql v4, poll 1s (default)", setupWatermillSQL(time.Second)},
 		{"watermill-sql v4, poll " + o.tuned.String() + " (tuned)", setupWatermillSQL(o.tuned)},
 	}
 	if o.only != "" {
 		systems = slices.DeleteFunc(systems, func(s system) bool { return !strings.Contains(s.name, o.only) })
+	}
+	if o.skip != "" {
+		systems = slices.DeleteFunc(systems, func(s system) bool { return strings.Contains(s.name, o.skip) })
 	}
 	results := make([][]result, len(systems))
 	for r := range o.runs {
@@ -147,10 +163,10 @@ func run(o options) error {
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, r+1, err)
 			}
-			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s publish p50 %-10s p99 %-10s idle %.1f stmt/s %.1f tx/s drain %.0f msg/s (%d msgs)",
+			log.Printf("run %d %-55s p50 %-10s p99 %-10s max %-10s publish p50 %-10s p99 %-10s idle %.1f stmt/s %.1f tx/s drain %.0f msg/s (%d msgs) drain CPU/msg Go %s PostgreSQL %s",
 				r+1, s.name, res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond),
 				res.max.Round(10*time.Microsecond), res.pubP50.Round(10*time.Microsecond), res.pubP99.Round(10*time.Microsecond),
-				res.stmtPerSec, res.txPerSec, res.drainPerSec, res.received)
+				res.stmtPerSec, res.txPerSec, res.drainPerSec, res.received, res.drainGoCPU, res.drainPGCPU)
 			results[i] = append(results[i], res)
 		}
 	}
@@ -158,7 +174,7 @@ func run(o options) error {
 	fmt.Printf("\nPostgreSQL %s; %d msg/s for %s per system; idle window %s; medians of %d runs\n\n",
 		version, o.rate, o.duration, o.idle, o.runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "system\tp50\tp99\tmax\tPublish call p50\tPublish call p99\tidle statements/s\tidle transactions/s\tdrain msg/s\t")
+	fmt.Fprintln(w, "system\tp50\tp99\tmax\tPublish call p50\tPublish call p99\tidle statements/s\tidle transactions/s\tdrain msg/s\tdrain CPU/msg Go\tdrain CPU/msg PostgreSQL\t")
 	for i, s := range systems {
 		rs := results[i]
 		stmt := "n/a"
@@ -168,7 +184,10 @@ func run(o options) error {
 		dur := func(f func(r result) time.Duration) time.Duration {
 			return time.Duration(median(rs, func(r result) float64 { return float64(f(r)) })).Round(10 * time.Microsecond)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.0f\t\n", s.name,
+		cpu := func(f func(r result) time.Duration) time.Duration {
+			return time.Duration(median(rs, func(r result) float64 { return float64(f(r)) })).Round(100 * time.Nanosecond)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.0f\t%s\t%s\t\n", s.name,
 			dur(func(r result) time.Duration { return r.p50 }),
 			dur(func(r result) time.Duration { return r.p99 }),
 			dur(func(r result) time.Duration { return r.max }),
@@ -176,7 +195,9 @@ func run(o options) error {
 			dur(func(r result) time.Duration { return r.pubP99 }),
 			stmt,
 			median(rs, func(r result) float64 { return r.txPerSec }),
-			median(rs, func(r result) float64 { return r.drainPerSec }))
+			median(rs, func(r result) float64 { return r.drainPerSec }),
+			cpu(func(r result) time.Duration { return r.drainGoCPU }),
+			cpu(func(r result) time.Duration { return r.drainPGCPU }))
 	}
 	return w.Flush()
 }
@@ -344,6 +365,13 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 				return result{}, err
 			}
 		}
+		if o.top && stmts {
+			log.Printf("statements of the backlog's publish (cumulative with the above):")
+			logTop(ctx, admin, db)
+			if _, err := admin.Exec(ctx, `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)`, db); err != nil {
+				return result{}, err
+			}
+		}
 		dctx, dcancel := context.WithCancel(ctx)
 		defer dcancel()
 		ch, err := sub.Subscribe(dctx, topic)
@@ -354,6 +382,7 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 		if err != nil {
 			return result{}, err
 		}
+		go0, pg0 := goCPU(), pgCPU(o.dataDir)
 		start := time.Now()
 		for i := 0; i < o.drain; i++ {
 			select {
@@ -364,7 +393,16 @@ func measure(ctx context.Context, admin *pgxpool.Pool, url, db string, s system,
 			}
 		}
 		res.drainPerSec = float64(o.drain) / time.Since(start).Seconds()
+		res.drainGoCPU = (goCPU() - go0) / time.Duration(o.drain)
+		res.drainPGCPU = -1
+		if pg1 := pgCPU(o.dataDir); pg0 >= 0 && pg1 >= 0 {
+			res.drainPGCPU = (pg1 - pg0) / time.Duration(o.drain)
+		}
 		stopProf()
+		if o.top && stmts {
+			log.Printf("statements of the drain:")
+			logTop(ctx, admin, db)
+		}
 		dcancel()
 		for range ch {
 		}
@@ -418,8 +456,8 @@ func counters(ctx context.Context, admin *pgxpool.Pool, db string, stmts bool) (
 
 // logTop logs the statements run in database db, most frequent first.
 func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
-	rows, err := admin.Query(ctx, `SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY calls DESC LIMIT 12`, db)
+	rows, err := admin.Query(ctx, `SELECT calls, total_exec_time + total_plan_time, total_plan_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY calls DESC LIMIT 16`, db)
 	if err != nil {
 		log.Print(err)
 		return
@@ -427,9 +465,10 @@ func logTop(ctx context.Context, admin *pgxpool.Pool, db string) {
 	defer rows.Close()
 	for rows.Next() {
 		var calls int64
+		var total, plan float64
 		var q string
-		if err := rows.Scan(&calls, &q); err == nil {
-			log.Printf("  %6d  %s", calls, q)
+		if err := rows.Scan(&calls, &total, &plan, &q); err == nil {
+			log.Printf("  %6d  %9.1fms  %7.3fms/call (planning %7.3fms/call)  %s", calls, total, total/float64(calls), plan/float64(calls), q)
 		}
 	}
 }
@@ -473,4 +512,50 @@ func setupWatermillSQL(poll time.Duration) func(ctx context.Context, pool *pgxpo
 		}
 		return pub, sub, sub.SubscribeInitialize(topic)
 	}
+}
+
+// goCPU is the CPU time this process has used (user and system).
+func goCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pgCPU is the CPU time (user and system) used so far by the live processes
+// of the cluster in dataDir: its postmaster and the postmaster's children,
+// read from /proc (Linux). -1 when unknown.
+func pgCPU(dataDir string) time.Duration {
+	if dataDir == "" {
+		return -1
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return -1
+	}
+	pm, _, _ := strings.Cut(string(b), "\n")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	const userHZ = 100 // Linux's USER_HZ, the unit of /proc/<pid>/stat times
+	var ticks int64
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the command, which ends at the last ')': state,
+		// ppid, ... utime is field 14 of the line, stime 15.
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 || (e.Name() != pm && f[1] != pm) {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * time.Second / userHZ
 }
