@@ -126,6 +126,9 @@ type loopState struct {
 	// tookAll: the last claim started fewer leased jobs than it asked for,
 	// so no other leased job was due.
 	tookAll bool
+	// partial: the last claim locked fewer held jobs than it asked for (more
+	// than one), so no other job was due when it ran.
+	partial bool
 }
 
 // dispatch is the loop: take a free slot, claim jobs, hand them to an
@@ -269,6 +272,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst)
 	s.cursor = nil
 	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
+	s.partial = b != nil && !b.leased && n > 1 && len(b.jobs) < n
 	if b != nil && leasedN > 0 {
 		s.leasedFirst = b.leased
 	}
@@ -322,9 +326,13 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 	if stream {
 		s.lingerTill = time.Now().Add(streamLinger)
 	}
-	if s.waiter != waiterBusy && (len(l.slots) == cap(l.slots) || stream) {
+	if s.waiter != waiterBusy && ((len(l.slots) == cap(l.slots) && !s.partial) || stream) {
 		// Saturated: every slot is busy, so producers need not wake us (we
-		// claim again as soon as a slot frees). Or a stream: jobs arrive
+		// claim again as soon as a slot frees), unless the claim took fewer
+		// jobs than it asked for: nothing else was due, and the look after
+		// this batch will most likely find nothing and sleep again (with
+		// one slot, a job at a time, unmarking would cost three statements
+		// per job: the unmark, the mark and the barrier). Or a stream: jobs arrive
 		// faster than streamRate, each with a NOTIFY and its commit-time
 		// global lock; we look on our own while the stream lasts instead.
 		// Otherwise the idle mark stays: unmarking and re-marking around
