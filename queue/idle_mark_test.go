@@ -29,15 +29,21 @@ func TestQuietQueueKeepsTheIdleMark(t *testing.T) {
 		})},
 	})
 	ctx := context.Background()
+	signals := queue.EnableTestSignals(e.c)
 	e.run()
+	// The listener's first Resync makes the loop write its mark again: let
+	// it come before the row is locked.
+	signals.WaitListening(t)
 	// Warm up: the kind's handler time is known after its first run, so
 	// later claims ask for a batch.
 	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Queue: "quiet"})
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "warm-up job done, loop asleep", func() bool {
+	waitFor(t, 20*time.Second, "warm-up job done, loop marked idle", func() bool {
 		return e.count(`state = 'succeeded'`) == 1 &&
 			e.countSQL(`SELECT count(*) FROM `+e.table("waiters")+` WHERE queue = 'quiet' AND idle`) == 1
 	})
+	// Asleep: past the idle barrier and the look after it, the Resync taken.
+	signals.WaitAsleep(t, "quiet", 1)
 
 	lock, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
