@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -21,14 +22,8 @@ import (
 func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOn(t, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	jobs := sqlident.Quote(schema, "jobs")
-	// Statistics stay as a new table's: autovacuum may not analyze it.
-	_, err = pool.Exec(ctx, `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	pool, schema, jobs := planTable(t)
+	var err error
 	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, leased_by, lease_expires_at)
 		SELECT 'q', 'k', '{}', CASE WHEN i % 2 = 0 THEN 'pending' ELSE 'running' END,
 			CASE WHEN i % 2 = 1 THEN 'w' END, CASE WHEN i % 2 = 1 THEN now() + interval '1 hour' END
@@ -83,13 +78,8 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOn(t, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	jobs := sqlident.Quote(schema, "jobs")
-	_, err = pool.Exec(ctx, `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	pool, schema, jobs := planTable(t)
+	var err error
 	// A quiet queue: a few hundred finished jobs, analyzed.
 	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
 		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
@@ -190,13 +180,8 @@ func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 func TestClaimLeasedProbesTheLockedRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOn(t, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	jobs := sqlident.Quote(schema, "jobs")
-	_, err = pool.Exec(ctx, `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	pool, schema, jobs := planTable(t)
+	var err error
 	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
@@ -246,4 +231,19 @@ func TestClaimLeasedProbesTheLockedRows(t *testing.T) {
 		_, err = conn.Exec(ctx, `DEALLOCATE p`)
 		require.NoError(t, err)
 	}
+}
+
+// planTable migrates a schema of its own and returns its pool, the schema
+// and its quoted jobs table, with autovacuum off on that table: its
+// statistics stay what the test makes them (autovacuum may not analyze it).
+func planTable(t *testing.T) (*pgxpool.Pool, string, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(t, err)
+	jobs := sqlident.Quote(schema, "jobs")
+	_, err = pool.Exec(context.Background(), `ALTER TABLE `+jobs+` SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	return pool, schema, jobs
 }
