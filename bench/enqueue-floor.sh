@@ -11,6 +11,10 @@
 #   base          INSERT one row into a table with only a primary key
 #   jobs          INSERT one row into pgwake's jobs table (its indexes)
 #   jobs+event    the job and its 'enqueued' event, no wake-up check
+#   jobs+emit     (only with VARIANTS=...) the job and its 'enqueued' event
+#                 carried by the WAL instead of an events row: a transactional
+#                 pg_logical_emit_message in the same statement (issue 12's
+#                 suggested direction; nothing in pgwake reads it yet)
 #   +trylock      the same plus a bare pg_try_advisory_xact_lock_shared per
 #                 queue: the least any lock-based wake-up check could cost
 #   inline        the job, its event and wake_needed() as one statement, the
@@ -64,6 +68,7 @@ max_connections = 100
 shared_buffers = 128MB
 fsync = on
 full_page_writes = on
+wal_level = logical
 EOF
 	$AS "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/log" -w start >/dev/null
 	PGDATA_OWNED=1
@@ -85,7 +90,7 @@ head() {
 WITH ins AS (
 	INSERT INTO $S.jobs (queue, kind, payload, priority, run_after, max_attempts, unique_key)
 	VALUES ('bench', 'bench', '{"seq":1}'::jsonb, 0, coalesce(NULL, now() + 0::bigint * interval '1 microsecond'), 5, NULL)
-	ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = 'pending' DO NOTHING
+	ON CONFLICT DO NOTHING
 	RETURNING id, queue, kind, run_after, unique_key
 ), ev AS (
 	INSERT INTO $S.events (job_id, type, queue, kind, attempt, data)
@@ -107,6 +112,16 @@ EOF
 echo "INSERT INTO ${S}_base.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"seq\":1}');" >"$WORK/base.sql"
 echo "INSERT INTO $S.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"seq\":1}');" >"$WORK/jobs.sql"
 { head; echo ")"; echo "SELECT id, unique_key FROM ins;"; } >"$WORK/jobs+event.sql"
+cat >"$WORK/jobs+emit.sql" <<EOF
+WITH ins AS (
+	INSERT INTO $S.jobs (queue, kind, payload, priority, run_after, max_attempts, unique_key)
+	VALUES ('bench', 'bench', '{"seq":1}'::jsonb, 0, coalesce(NULL, now() + 0::bigint * interval '1 microsecond'), 5, NULL)
+	ON CONFLICT DO NOTHING
+	RETURNING id, queue, kind, run_after, unique_key
+)
+SELECT id, unique_key, pg_logical_emit_message(true, 'pgwake', jsonb_build_object('job_id', id, 'type', 'enqueued',
+	'queue', queue, 'kind', kind, 'run_after', run_after)::text) FROM ins;
+EOF
 wake "NOT pg_try_advisory_xact_lock_shared(hashtextextended('\"$S\".' || queue, 0))" >"$WORK/+trylock.sql"
 wake "$S.wake_needed(queue)" >"$WORK/inline.sql"
 echo "SELECT e.ids, e.duplicates FROM $S.enqueue_jobs(ARRAY['bench']::text[], ARRAY['{\"seq\":1}']::jsonb[], ARRAY['bench']::text[], ARRAY[NULL]::timestamptz[], ARRAY['0']::interval[], ARRAY[0]::integer[], ARRAY[5]::integer[], ARRAY[NULL]::text[], NULL::integer) e;" >"$WORK/go.sql"
@@ -123,8 +138,9 @@ echo "pgbench: $CLIENTS clients, $SECS s per run, $ROUNDS rounds; $(psql -qAt "$
 for r in $(seq "$ROUNDS"); do
 	for v in $VARIANTS; do
 		psql -qAt "$DATABASE_URL" -c CHECKPOINT
-		tps=$(pgbench -n -M prepared -c "$CLIENTS" -j 4 -T "$SECS" -f "$WORK/$v.sql" "$DATABASE_URL" 2>&1 |
-			awk '/^tps =/ {print int($3)}')
+		out=$(pgbench -n -M prepared -c "$CLIENTS" -j 4 -T "$SECS" -f "$WORK/$v.sql" "$DATABASE_URL" 2>&1 || true)
+		tps=$(echo "$out" | awk '/^tps =/ {print int($3)}')
+		[ -n "$tps" ] || { echo "$v: pgbench failed:"; echo "$out" | grep "ERROR" | head -2; exit 1; } >&2
 		echo "$v $tps" >>"$WORK/results"
 		echo "round $r: $v $tps tps" >&2
 	done

@@ -42,8 +42,9 @@ checks that each job was handled exactly once.
            events (forward_events_per_sec, capacity_ratio)
   scheduled
            latency (--rate, --duration) on an empty queue, then with
-           --scheduled-jobs jobs scheduled 1h-7d ahead in the same queue:
-           p99_ratio (target <= 1.2)
+           --scheduled-jobs jobs scheduled 1h-7d ahead in the same queue,
+           then with those and --scheduled-failed failed jobs kept by
+           retention (finished 1-6 days ago): p99_ratio (target <= 1.2)
   housekeeping
            retention (under statement_timeout 50ms) and events prune, time
            per batch with --housekeeping-small and --housekeeping-large

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgwake/pgwake/internal/bench"
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -38,6 +39,7 @@ func tiny() bench.Sizes {
 		BatchSize:           150,
 		IdleTimeout:         20 * time.Second,
 		ScheduledJobs:       500,
+		ScheduledFailed:     400,
 		HousekeepingSmall:   200,
 		HousekeepingLarge:   800,
 		HousekeepingExpired: 300,
@@ -79,7 +81,7 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 		require.Zero(t, r.Missing, "%s %s", r.Mode, r.Case)
 		require.Positive(t, r.JobsPerSec, "%s %s", r.Mode, r.Case)
 	}
-	require.Len(t, results, 13, "drain, latency, idle, delayed, enqueue, three scale cases, two scheduled, two housekeeping and queues")
+	require.Len(t, results, 14, "drain, latency, idle, delayed, enqueue, three scale cases, three scheduled, two housekeeping and queues")
 
 	require.Equal(t, 300, got["drain "].Jobs)
 	require.True(t, math.IsNaN(got["drain "].P50), "drain has no latency")
@@ -105,6 +107,11 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 	require.Equal(t, 100, sch.Jobs)
 	require.False(t, math.IsNaN(sch.P99))
 	require.InDelta(t, sch.P99/got["scheduled scheduled=0"].P99, sch.Extra["p99_ratio"], 1e-9)
+	kept := got["scheduled scheduled=500,failed=400"]
+	require.Equal(t, 100, kept.Jobs)
+	require.Equal(t, 400.0, kept.Extra["failed_kept"])
+	require.False(t, math.IsNaN(kept.P99))
+	require.InDelta(t, kept.P99/got["scheduled scheduled=0"].P99, kept.Extra["p99_ratio"], 1e-9)
 	for _, c := range []string{"kept=200", "kept=800"} {
 		hk := got["housekeeping "+c]
 		require.Equal(t, 300, hk.Jobs, c)
@@ -140,6 +147,30 @@ func TestSQLEnqueueVariant(t *testing.T) {
 	require.Positive(t, r.Jobs)
 	require.Zero(t, r.Duplicates)
 	require.Zero(t, r.Missing)
+}
+
+// TestInsertFailedKeepsJobsInsideRetention: the scheduled mode's failed
+// backlog is failed jobs that finished 1 to 6 days ago, which the default
+// retention keeps.
+func TestInsertFailedKeepsJobsInsideRetention(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	sys := &bench.Pgwake{}
+	require.NoError(t, sys.Setup(ctx, &bench.Env{Pool: pool, Workers: 2, Logf: t.Logf}))
+	t.Cleanup(func() { _ = sys.Teardown(context.Background()) })
+	require.NoError(t, sys.InsertFailed(ctx, 60))
+	page, err := sys.Client().JobList(ctx, queue.JobListParams{State: queue.StateFailed, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 60)
+	now := time.Now()
+	for _, j := range page.Jobs {
+		require.NotNil(t, j.FinishedAt)
+		age := now.Sub(*j.FinishedAt)
+		require.True(t, age >= 24*time.Hour-time.Minute && age <= 6*24*time.Hour+time.Minute, "job %d finished %v ago", j.ID, age)
+	}
+	deleted, err := sys.Client().DeleteFinished(ctx, queue.Retention{})
+	require.NoError(t, err)
+	require.Zero(t, deleted[queue.StateFailed], "the default retention keeps them")
 }
 
 // faulty wraps pgwake and misreports handler starts: job 0 twice, job 1

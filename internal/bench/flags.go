@@ -10,7 +10,7 @@ import (
 // command line. After fs.Parse, call the returned function for the
 // Options; it rejects a flag explicitly set to zero (zero means "default"
 // in Options and Sizes, which on a command line is a mistake) except
-// --scale-finished 0, which skips that case.
+// --scale-finished 0 and --scheduled-failed 0, which skip those cases.
 func Flags(fs *flag.FlagSet) func() (Options, error) {
 	var (
 		modes string
@@ -39,6 +39,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.DurationVar(&s.ConcurrentSleep, "concurrent-sleep", d.ConcurrentSleep, "concurrent: how long each handler sleeps")
 	fs.IntVar(&s.ConcurrentPool, "concurrent-pool", d.ConcurrentPool, "concurrent: connections in the mode's own pool")
 	fs.IntVar(&s.ScheduledJobs, "scheduled-jobs", d.ScheduledJobs, "scheduled: jobs scheduled 1h-7d ahead for the second latency run")
+	fs.IntVar(&s.ScheduledFailed, "scheduled-failed", d.ScheduledFailed, "scheduled: failed jobs kept by retention (finished 1-6 days ago) added for the third latency run (0 skips it)")
 	fs.IntVar(&s.HousekeepingSmall, "housekeeping-small", d.HousekeepingSmall, "housekeeping: finished jobs and events kept, first case")
 	fs.IntVar(&s.HousekeepingLarge, "housekeeping-large", d.HousekeepingLarge, "housekeeping: finished jobs and events kept, second case")
 	fs.IntVar(&s.HousekeepingExpired, "housekeeping-expired", d.HousekeepingExpired, "housekeeping: expired jobs and events deleted in each case")
@@ -49,7 +50,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	return func() (Options, error) {
 		var zero string
 		fs.Visit(func(f *flag.Flag) {
-			if v := f.Value.String(); zero == "" && f.Name != "scale-finished" && (v == "0" || v == "0s") {
+			if v := f.Value.String(); zero == "" && f.Name != "scale-finished" && f.Name != "scheduled-failed" && (v == "0" || v == "0s") {
 				zero = f.Name
 			}
 		})
@@ -62,6 +63,9 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 		}
 		if s.ScaleFinished == 0 {
 			s.ScaleFinished = -1
+		}
+		if s.ScheduledFailed == 0 {
+			s.ScheduledFailed = -1
 		}
 		o.Modes, o.Sizes = ms, s
 		o.Sizes = o.Sizes.withDefaults()

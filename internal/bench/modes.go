@@ -61,6 +61,11 @@ type Sizes struct {
 	// schedules 1 hour to 7 days ahead in the bench queue before the
 	// latency run. Default 300,000.
 	ScheduledJobs int
+	// ScheduledFailed is how many failed jobs, kept by retention, the
+	// scheduled mode's third case adds to the second's backlog (systems
+	// that implement FailedKeeper). Default 300,000; negative skips the
+	// case.
+	ScheduledFailed int
 	// HousekeepingSmall and HousekeepingLarge are the finished jobs (and
 	// events) the housekeeping mode keeps in its two cases;
 	// HousekeepingExpired is how many of each expire. Defaults 100,000,
@@ -107,6 +112,7 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.ConcurrentPool, 20)
 	def(&s.StreamJobs, 50000)
 	def(&s.ScheduledJobs, 300000)
+	def(&s.ScheduledFailed, 300000)
 	def(&s.HousekeepingSmall, 100000)
 	def(&s.HousekeepingLarge, 1000000)
 	def(&s.HousekeepingExpired, 20000)
@@ -691,40 +697,29 @@ func (rn *runner) scale(ctx context.Context) ([]Result, error) {
 	return out, nil
 }
 
-// scheduled runs the latency mode twice: on an empty queue, then with
+// scheduled runs the latency mode on an empty queue, then with
 // ScheduledJobs jobs scheduled 1 hour to 7 days ahead in the same queue
-// (they never become due during the run). The second result carries
-// p99_ratio and p50_ratio against the first.
+// (they never become due during the run), then, for a FailedKeeper, with
+// that backlog and ScheduledFailed failed jobs kept by retention. Each
+// later result carries p99_ratio and p50_ratio against the first.
 func (rn *runner) scheduled(ctx context.Context) ([]Result, error) {
+	cases := []struct{ ahead, failed int }{{0, 0}, {rn.sizes.ScheduledJobs, 0}}
+	if _, ok := rn.sys.(FailedKeeper); ok && rn.sizes.ScheduledFailed > 0 {
+		cases = append(cases, struct{ ahead, failed int }{rn.sizes.ScheduledJobs, rn.sizes.ScheduledFailed})
+	}
 	var out []Result
-	for i, backlog := range []int{0, rn.sizes.ScheduledJobs} {
+	for i, c := range cases {
 		var prepare func() error
-		if backlog > 0 {
-			prepare = func() error {
-				rn.logf("%s: scheduling %d jobs ahead", rn.sys.Name(), backlog)
-				now := time.Now()
-				week := 7*24*time.Hour - time.Hour
-				for from := 0; from < backlog; from += rn.sizes.BatchSize {
-					to := min(from+rn.sizes.BatchSize, backlog)
-					jobs := make([]Job, 0, to-from)
-					for j := from; j < to; j++ {
-						// Seqs past the latency run's: never recorded.
-						at := now.Add(time.Hour + time.Duration(int64(week)/int64(backlog)*int64(j)))
-						jobs = append(jobs, Job{Seq: 1<<40 + int64(j), RunAt: at})
-					}
-					if err := rn.sys.InsertMany(ctx, jobs); err != nil {
-						return fmt.Errorf("%s: schedule jobs %d..%d: %w", rn.sys.Name(), from, to-1, err)
-					}
-				}
-				if st, ok := rn.sys.(Settler); ok {
-					return st.Settle(ctx)
-				}
-				return nil
-			}
+		if c.ahead > 0 {
+			prepare = func() error { return rn.scheduleBacklog(ctx, c.ahead, c.failed) }
 		}
 		r, err := rn.latency(ctx, ModeScheduled, rn.sizes.Rate, rn.sizes.LatencyDuration, prepare)
-		r.Case = fmt.Sprintf("scheduled=%d", backlog)
-		r.Extra["scheduled"] = float64(backlog)
+		r.Case = fmt.Sprintf("scheduled=%d", c.ahead)
+		if c.failed > 0 {
+			r.Case += fmt.Sprintf(",failed=%d", c.failed)
+		}
+		r.Extra["scheduled"] = float64(c.ahead)
+		r.Extra["failed_kept"] = float64(c.failed)
 		if i > 0 && len(out) > 0 {
 			r.Extra["p99_ratio"] = r.P99 / out[0].P99
 			r.Extra["p50_ratio"] = r.P50 / out[0].P50
@@ -735,6 +730,36 @@ func (rn *runner) scheduled(ctx context.Context) ([]Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// scheduleBacklog fills the fresh tables for a scheduled case: ahead jobs
+// scheduled 1 hour to 7 days ahead, then failed jobs kept by retention.
+func (rn *runner) scheduleBacklog(ctx context.Context, ahead, failed int) error {
+	rn.logf("%s: scheduling %d jobs ahead", rn.sys.Name(), ahead)
+	now := time.Now()
+	week := 7*24*time.Hour - time.Hour
+	for from := 0; from < ahead; from += rn.sizes.BatchSize {
+		to := min(from+rn.sizes.BatchSize, ahead)
+		jobs := make([]Job, 0, to-from)
+		for j := from; j < to; j++ {
+			// Seqs past the latency run's: never recorded.
+			at := now.Add(time.Hour + time.Duration(int64(week)/int64(ahead)*int64(j)))
+			jobs = append(jobs, Job{Seq: 1<<40 + int64(j), RunAt: at})
+		}
+		if err := rn.sys.InsertMany(ctx, jobs); err != nil {
+			return fmt.Errorf("%s: schedule jobs %d..%d: %w", rn.sys.Name(), from, to-1, err)
+		}
+	}
+	if failed > 0 {
+		rn.logf("%s: keeping %d failed jobs", rn.sys.Name(), failed)
+		if err := rn.sys.(FailedKeeper).InsertFailed(ctx, failed); err != nil {
+			return fmt.Errorf("%s: keep %d failed jobs: %w", rn.sys.Name(), failed, err)
+		}
+	}
+	if st, ok := rn.sys.(Settler); ok {
+		return st.Settle(ctx)
+	}
+	return nil
 }
 
 // housekeeping times the system's retention and event pruning with

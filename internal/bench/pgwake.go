@@ -243,6 +243,23 @@ func (p *Pgwake) InsertFinished(ctx context.Context, n int) error {
 	return p.client.VacuumAnalyze(ctx)
 }
 
+// InsertFailed writes n failed jobs, finished 1 to 6 days ago (inside the
+// default 7-day retention of failed jobs), with their enqueued and failed
+// events (queue.Client.SeedFinished). The caller settles the tables.
+func (p *Pgwake) InsertFailed(ctx context.Context, n int) error {
+	const chunk = 100000
+	at := time.Now().Add(-24 * time.Hour)
+	spacing := 5 * 24 * time.Hour / time.Duration(max(n, 1))
+	for from := 0; from < n; from += chunk {
+		if _, err := p.client.SeedFinished(ctx, queue.FinishedSeed{Count: min(chunk, n-from), Queue: BenchQueue, Kind: BenchKind,
+			State: queue.StateFailed, FinishedAt: at.Add(-time.Duration(from) * spacing), Spacing: spacing,
+			LastError: "bench: kept failed job", Events: queue.SeedAllEvents}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Client is the client of the last Setup (no handlers, not running).
 func (p *Pgwake) Client() *queue.Client { return p.client }
 

@@ -187,6 +187,13 @@ type Finisher interface {
 	InsertFinished(ctx context.Context, n int) error
 }
 
+// FailedKeeper is implemented by systems that can fill their table with n
+// failed jobs still inside retention's window (finished 1 to 6 days ago,
+// each with its events), for the scheduled mode's third case.
+type FailedKeeper interface {
+	InsertFailed(ctx context.Context, n int) error
+}
+
 // Diagnoser is implemented by systems that can explain a run: counters such
 // as pgwake's claims by source. Diagnostics is called after the workers of
 // a mode run have stopped; its figures join the result's extras.
