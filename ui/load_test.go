@@ -306,13 +306,15 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	return slices.Clone(lat)
 }
 
-// produceN enqueues n jobs, one per transaction, at rate per second.
+// produceN enqueues n jobs, one per transaction, at rate per second on
+// average: the i-th at i/rate seconds from the start, or at once when the
+// producer is behind (a ticker would drop the ticks missed and lower the
+// rate on a loaded machine).
 func produceN(tb testing.TB, c *queue.Client, rate float64, n int) {
 	tb.Helper()
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	for range n {
-		<-tick.C
+	start := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(start.Add(time.Duration(float64(i) * float64(time.Second) / rate))))
 		_, err := c.Enqueue(context.Background(), queue.NewJob{Queue: "load", Kind: "k", Payload: map[string]int64{"at": time.Now().UnixNano()}})
 		require.NoError(tb, err)
 	}
