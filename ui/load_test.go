@@ -77,6 +77,47 @@ func TestFeedLoadIsPerProcess(t *testing.T) {
 	require.LessOrEqual(t, logPerSec, 1/0.025+4+1, "at most one event log read per 25 ms, plus the gap checks")
 }
 
+// A dashboard with no page open reads no counters while jobs flow (it
+// still tails the event log, for the sparklines); the first stream to open
+// then gets fresh counters, not the ones of before it was idle.
+func TestIdleFeedReadsNoCounters(t *testing.T) {
+	b := setup(t, ui.Config{})
+	before := b.h.Reads()
+	start := time.Now()
+	n := produce(t, b.client, 200, 2*time.Second)
+	pgtest.WaitFor(t, 10*time.Second, "the feed tails the jobs' events", func() bool {
+		return b.h.Reads().EventLog > before.EventLog
+	})
+	after := b.h.Reads()
+	secs := time.Since(start).Seconds()
+	t.Logf("no stream open, %d jobs in %.1f s: %.1f QueueStats/s, %.1f event log reads/s", n, secs,
+		float64(after.QueueStats-before.QueueStats)/secs, float64(after.EventLog-before.EventLog)/secs)
+	require.Equal(t, before.QueueStats, after.QueueStats, "no counters read while no stream is open")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := stream(t, ctx, b.url+"/events", "")
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-events:
+			if e.event != "stats" {
+				continue
+			}
+			var m struct {
+				Queues []queue.QueueStat `json:"queues"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(e.data), &m))
+			require.Len(t, m.Queues, 1)
+			require.Equal(t, int64(n), m.Queues[0].Pending, "the first counters a stream gets are fresh")
+			require.Greater(t, b.h.Reads().QueueStats, after.QueueStats, "a read for the new stream")
+			return
+		case <-timeout:
+			t.Fatal("no counters on the stream")
+		}
+	}
+}
+
 // The blocks of BenchmarkDashboardLatencyImpact.
 const (
 	blockJobs     = 1000                   // jobs in each block: 5 s at blockRate
