@@ -150,7 +150,7 @@ var benchModes = []benchMode{
 // blockRate per second through a worker, each on a fresh schema, in rounds
 // of one block per configuration (benchModes, in an order that rotates each
 // round), after one discarded warm-up block. -benchtime Nx runs N rounds:
-// about 37 s each on the 2-core development machine.
+// about 29 s each on the 2-core development machine.
 //
 // Per configuration it reports the p99 of all its blocks' jobs pooled
 // (p99_ms_NAME) and, for each against "without", the ratio of the pooled
