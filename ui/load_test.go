@@ -164,7 +164,7 @@ var benchModes = []benchMode{
 // delays from an 'enqueued' event's insert to its arrival on the first
 // stream (stream_p99_ms, stream_max_ms).
 //
-//	go test -run '^$' -bench BenchmarkDashboardLatencyImpact -benchtime 16x -timeout 60m ./ui/
+//	go test -run '^$' -bench BenchmarkDashboardLatencyImpact -benchtime 20x -v -timeout 60m ./ui/
 func BenchmarkDashboardLatencyImpact(b *testing.B) {
 	counter := newStmtCounter(false)
 	pool := pgtest.NewPool(b, func(c *pgxpool.Config) {
@@ -218,7 +218,7 @@ func reportLatency(b *testing.B, blocks map[string][][]float64, rounds int) {
 			m.name, p, r, lo, hi, targetRatio, v, m.what)
 	}
 	if rounds < minRounds {
-		b.Logf("only %d rounds: a bootstrap of so few understates the spread; use -benchtime %dx or more", rounds, minRounds)
+		b.Logf("only %d rounds: a bootstrap of so few understates the spread; use -benchtime 20x (a multiple of %d rounds)", rounds, len(benchModes))
 	}
 }
 
