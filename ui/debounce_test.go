@@ -27,6 +27,14 @@ const notifyWindow = 24 * time.Millisecond
 // connection of its own and counts what arrives, until the test ends.
 func countNotifications(t testing.TB, schema string) *atomic.Int64 {
 	t.Helper()
+	n, stop := countNotificationsUntil(t, schema)
+	t.Cleanup(stop)
+	return n
+}
+
+// countNotificationsUntil is countNotifications until stop is called.
+func countNotificationsUntil(t testing.TB, schema string) (*atomic.Int64, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	require.NoError(t, err)
@@ -44,12 +52,14 @@ func countNotifications(t testing.TB, schema string) *atomic.Int64 {
 			n.Add(1)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		_ = conn.Close(context.Background())
-	})
-	return &n
+	var once sync.Once
+	return &n, func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			_ = conn.Close(context.Background())
+		})
+	}
 }
 
 // arrival is one job event as a stream delivered it, and when.

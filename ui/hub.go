@@ -95,6 +95,7 @@ type hub struct {
 	client    *queue.Client
 	log       *zap.Logger
 	kick      chan struct{}
+	statsKick chan struct{} // a stream opened while the counters were stale
 	start     chan struct{} // closed when the feed has started
 	startOnce sync.Once
 
@@ -107,6 +108,7 @@ type hub struct {
 	maxSeen int64
 	ready   bool
 	stats   []byte // the last stats message
+	stale   bool   // a refresh was skipped: no stream was open
 	samples []sample
 	enqAt   map[int64]time.Time // enqueue times of recent jobs, for latency
 	lastSt  time.Time
@@ -115,7 +117,7 @@ type hub struct {
 }
 
 func newHub(cfg Config) *hub {
-	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1), start: make(chan struct{}),
+	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1), statsKick: make(chan struct{}, 1), start: make(chan struct{}),
 		subs: map[*subscriber]struct{}{}, seen: map[int64]bool{}, missing: map[int64]time.Time{}, enqAt: map[int64]time.Time{}}
 }
 
@@ -191,6 +193,9 @@ func (h *hub) run(ctx context.Context) error {
 			h.refreshStats(ctx)
 		case <-statsTimer:
 			statsTimer = nil
+			h.refreshStats(ctx)
+			continue
+		case <-h.statsKick:
 			h.refreshStats(ctx)
 			continue
 		case <-gapCheck.C:
@@ -371,8 +376,20 @@ func (h *hub) sample(e queue.EventInfo) {
 	}
 }
 
-// refreshStats reads the counters and pushes them to every stream.
+// refreshStats reads the counters and pushes them to every stream. With
+// no stream open it reads nothing (a dashboard nobody looks at costs no
+// QueueStats) and marks the counters stale; the next stream to open asks
+// for a read.
 func (h *hub) refreshStats(ctx context.Context) {
+	h.mu.Lock()
+	idle := len(h.subs) == 0
+	if idle {
+		h.stale = true
+	}
+	h.mu.Unlock()
+	if idle {
+		return
+	}
 	st, err := h.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -384,6 +401,7 @@ func (h *hub) refreshStats(ctx context.Context) {
 	defer h.mu.Unlock()
 	h.statsQ++
 	h.lastSt = time.Now()
+	h.stale = false
 	data, _ := json.Marshal(statsMessage{Queues: st, Samples: slices.Clone(h.samples), At: time.Now()})
 	h.stats = data
 	h.broadcast(message{event: "stats", data: data})
@@ -404,7 +422,7 @@ func (h *hub) broadcast(m message) {
 
 // subscribe opens a stream: it returns the subscriber, the resume point
 // and the highest event id delivered as of now, and the last stats
-// message. Events above the resume point may have been delivered already
+// message (nil when stale: a fresh one follows). Events above the resume point may have been delivered already
 // (a skipped id holds the resume point back).
 func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 	h.mu.Lock()
@@ -415,6 +433,14 @@ func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 		return s, h.low, h.maxSeen, h.stats
 	}
 	h.subs[s] = struct{}{}
+	if h.stale {
+		// No stale counters: the read asked for here pushes fresh ones.
+		select {
+		case h.statsKick <- struct{}{}:
+		default:
+		}
+		return s, h.low, h.maxSeen, nil
+	}
 	return s, h.low, h.maxSeen, h.stats
 }
 

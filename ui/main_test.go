@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"net"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -25,11 +26,17 @@ type bundle struct {
 	h      *ui.Handler
 	srv    *httptest.Server
 	url    string // the server's URL with the prefix
+	stop   func() // stops the feed, the server and the listener before the test ends
 }
 
 // setup migrates a fresh schema and serves a dashboard on it, its live
 // feed running until the test ends.
-func setup(t testing.TB, cfg ui.Config) *bundle {
+func setup(t testing.TB, cfg ui.Config) *bundle { return setupMarked(t, cfg, nil) }
+
+// setupMarked is setup with the feed's and the server's contexts passed
+// through mark (when not nil): a tracer on the pool can then tell the
+// dashboard's statements from the rest of the process's.
+func setupMarked(t testing.TB, cfg ui.Config, mark func(context.Context) context.Context) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
@@ -48,19 +55,26 @@ func setup(t testing.TB, cfg ui.Config) *bundle {
 	require.NoError(t, err)
 	l, err := notify.New(notify.Config{ConnConfig: cc})
 	require.NoError(t, err)
-	pgtest.RunInBackground(t, "listener", l.Run)
+	stopListener := pgtest.RunInBackground(t, "listener", l.Run)
 	cfg.Client, cfg.Listener = client, l
 	h, err := ui.New(cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	run := h.Run
+	if mark != nil {
+		srv.Config.BaseContext = func(net.Listener) context.Context { return mark(context.Background()) }
+		run = func(ctx context.Context) error { return h.Run(mark(ctx)) }
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	// Stopped first (cleanups run last-in first-out): the feed closes the
 	// open streams, so the server's Close does not wait for them.
-	pgtest.RunInBackground(t, "dashboard feed", h.Run)
+	stopFeed := pgtest.RunInBackground(t, "dashboard feed", run)
 	select {
 	case <-h.Started():
 	case <-time.After(30 * time.Second):
 		t.Fatal("the dashboard feed did not start")
 	}
-	return &bundle{schema: schema, client: client, h: h, srv: srv, url: srv.URL + cfg.Prefix}
+	stop := func() { stopFeed(); srv.Close(); stopListener() }
+	return &bundle{schema: schema, client: client, h: h, srv: srv, url: srv.URL + cfg.Prefix, stop: stop}
 }
