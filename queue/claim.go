@@ -255,6 +255,23 @@ func (c *Client) beginClaim(ctx context.Context) (*batch, *pgx.Batch, error) {
 	return &batch{conn: conn}, pb, nil
 }
 
+// genericPlan makes the claim statements that follow it in a claim's round
+// trip use their generic plan from their first call on a connection;
+// genericPlanEnd puts plan_cache_mode back as it was (kept meanwhile in a
+// transaction-local setting of our own) before any handler's statement.
+// Left to itself PostgreSQL plans a prepared statement afresh for its first
+// five calls on every connection (custom plans) before it settles on the
+// generic plan it then keeps: with a pool of twenty connections, a quarter
+// of the claims of a 10,000-job drain and most of an idle queue's were
+// planned, 0.3-0.5 ms each (the claim walks the priorities; its execution
+// takes about 0.1 ms), measured with pg_stat_statements (docs/benchmarks.md).
+// TestClaimsUseTheGenericPlan.
+const (
+	genericPlan = `SELECT pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)
+FROM (SELECT pg_catalog.set_config('pgwake.plan_saved', pg_catalog.current_setting('plan_cache_mode'), true)) s`
+	genericPlanEnd = `SELECT pg_catalog.set_config('plan_cache_mode', pg_catalog.current_setting('pgwake.plan_saved'), true)`
+)
+
 // send runs pb (BEGIN and the claim) on the batch's connection.
 func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 	br := b.conn.Conn().SendBatch(ctx, pb)
@@ -293,13 +310,8 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
 	alone := c.kinds.alone()
 	leased := c.leasedKinds
-	// head claims from the head of the index: the plain claim when every
-	// kind batches (no head to look at first).
-	plain := len(alone) == 0 && len(leased) == 0
-	head, headArgs := c.sql.claim, []any{queue, n, alone, leased, leasedN}
-	if plain {
-		head, headArgs = c.sql.claimPlain, []any{queue, n}
-	}
+	plain, head, headArgs := c.claimHead(queue, n, leasedN)
+	pb.Queue(genericPlan)
 	switch {
 	case n <= 1 && leasedN <= 1:
 		pb.Queue(c.sql.claimOne, queue).Query(scan)
@@ -311,6 +323,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	default:
 		pb.Queue(c.sql.claimAfter, queue, n, alone, leased, leasedN, after.priority, after.runAfter, after.id).Query(scan)
 	}
+	pb.Queue(genericPlanEnd)
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -340,6 +353,37 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	return nil, next, err
 }
 
+// claimHead is the claim from the head of the index and its arguments: the
+// plain claim when every kind batches (plain: no head to look at first).
+func (c *Client) claimHead(queue string, n, leasedN int) (plain bool, stmt string, args []any) {
+	alone, leased := c.kinds.alone(), c.leasedKinds
+	if len(alone) == 0 && len(leased) == 0 {
+		return true, c.sql.claimPlain, []any{queue, n}
+	}
+	return false, c.sql.claim, []any{queue, n, alone, leased, leasedN}
+}
+
+// primeClaims prepares on conn, off any job's path, the statements of the
+// held claim's round trips and of the attempt record, with the claims'
+// generic plans (genericPlan), by running each once for no queue (queue
+// names are not empty) in a transaction it rolls back. A connection's first
+// claim would otherwise wait a round trip while the statements are
+// described, plan with the catalog caches of a new backend, and the first
+// attempt record it sends would wait for its description before the
+// handler may start (p90 430 µs of the idle path, docs/benchmarks.md).
+func (c *Client) primeClaims(ctx context.Context, conn *pgx.Conn) error {
+	_, head, headArgs := c.claimHead("", 1, 1)
+	pb := &pgx.Batch{}
+	pb.Queue("BEGIN")
+	pb.Queue(genericPlan)
+	pb.Queue(c.sql.claimOne, "")
+	pb.Queue(head, headArgs...)
+	pb.Queue(c.sql.next, "")
+	pb.Queue(c.sql.recordStarts, []int64{}, "", []int32{}, int32(0), c.id, int16(isolationNone))
+	pb.Queue("ROLLBACK")
+	return conn.SendBatch(ctx, pb).Close()
+}
+
 // nextDue returns the time of queue's earliest delayed job (zero if none),
 // asked on q; with rollback, q's open transaction ends in the same round
 // trip.
@@ -348,6 +392,9 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 }, queue string, rollback bool) (time.Time, error) {
 	var ms *float64
 	nb := &pgx.Batch{}
+	if rollback {
+		nb.Queue(genericPlan) // the ROLLBACK puts it back
+	}
 	nb.Queue(c.sql.next, queue).QueryRow(func(row pgx.Row) error { return row.Scan(&ms) })
 	if rollback {
 		nb.Queue("ROLLBACK")

@@ -424,28 +424,39 @@ const warmPoolTimeout = 500 * time.Millisecond
 // leaving one of the pool's), so that the first jobs after a start do not
 // wait while the pool opens them: on a 2-core machine ten held workers met
 // by 200 jobs/s made the first jobs wait 57-104 ms (docs/benchmarks.md).
+// Then it primes every idle connection of the pool (primeClaims).
 // Best effort, within warmPoolTimeout: connections it cannot get now are
 // opened when needed, as before. A client whose kinds are all leased holds
 // no connection while handlers run, and warms nothing.
 func (c *Client) warmPool(ctx context.Context) {
-	want := min(MinPoolConns(c.cfg)-1, int(c.pool.Config().MaxConns)-1)
-	if c.onlyLeased || len(c.loops) == 0 || want <= int(c.pool.Stat().TotalConns()) {
+	if c.onlyLeased || len(c.loops) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
 	defer cancel()
-	got := make(chan *pgxpool.Conn, want)
 	var wg sync.WaitGroup
-	for range want {
+	if want := min(MinPoolConns(c.cfg)-1, int(c.pool.Config().MaxConns)-1); want > int(c.pool.Stat().TotalConns()) {
+		got := make(chan *pgxpool.Conn, want)
+		for range want {
+			wg.Go(func() {
+				if conn, err := c.pool.Acquire(ctx); err == nil {
+					got <- conn
+				}
+			})
+		}
+		wg.Wait() // every connection is held at once, so each is a distinct one
+		close(got)
+		for conn := range got {
+			conn.Release()
+		}
+	}
+	for _, conn := range c.pool.AcquireAllIdle(ctx) {
 		wg.Go(func() {
-			if conn, err := c.pool.Acquire(ctx); err == nil {
-				got <- conn
+			if err := c.primeClaims(ctx, conn.Conn()); err != nil {
+				c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
 			}
+			conn.Release()
 		})
 	}
-	wg.Wait() // every connection is held at once, so each is a distinct one
-	close(got)
-	for conn := range got {
-		conn.Release()
-	}
+	wg.Wait()
 }
