@@ -73,24 +73,19 @@ func (c *Client) warmPool(ctx context.Context) {
 // it may settle on its generic plan, which the claim then uses.
 const planWarmups = 5
 
-// warmStatements prepares on conn the statements of a leased loop's hot
-// path (the claim, the grouped completion, the idle mark and barrier) and
-// runs the claim of each queue planWarmups times in a transaction it rolls
-// back (no job is started; rows it locked meanwhile are skipped by other
-// claims and seen by this client's first look). Without it each connection
-// the pool hands a claim parses it once and plans it on each of its first
-// executions: with a few connections in turn, the first few dozen jobs
-// after a start each waited a parse or a plan longer (0.5-2 ms on a loaded
-// 2-core machine, docs/benchmarks.md). Only in pgx's default mode, which
-// caches prepared statements per connection; best effort.
+// warmStatements readies on conn the statements of a leased loop's hot
+// path, in a transaction it rolls back: it runs the claim of each queue
+// planWarmups times (no job is started; a due job whose row it locked
+// meanwhile is skipped by other clients' claims and seen by this client's
+// first look), the grouped completion (of no job), the idle mark and the
+// idle barrier once. Without it each connection the pool hands a claim
+// parses it and plans it on each of its first executions: with a few
+// connections in turn, the first few dozen jobs after a start each waited
+// a parse or a plan longer. Only in pgx's default mode, which caches
+// prepared statements per connection; best effort.
 func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn) {
 	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return
-	}
-	for _, sql := range []string{c.sql.succeedLeased, c.sql.setWaiter, c.sql.idleBarrier} {
-		if _, err := conn.Prepare(ctx, sql, sql); err != nil {
-			return
-		}
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -98,16 +93,23 @@ func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn) {
 	}
 	defer rollback(tx)
 	lease := float64(c.cfg.LeaseDuration.Microseconds())
+	run := func(sql string, args ...any) bool {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return false
+		}
+		rows.Close()
+		return rows.Err() == nil
+	}
 	for q := range c.loops {
 		for range planWarmups {
-			rows, err := tx.Query(ctx, c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1)
-			if err != nil {
-				return
-			}
-			rows.Close()
-			if rows.Err() != nil {
+			if !run(c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1) {
 				return
 			}
 		}
+		if !run(c.sql.setWaiter, q, c.id, true) || !run(c.sql.idleBarrier, q) {
+			return
+		}
 	}
+	run(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
 }
