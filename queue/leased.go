@@ -288,9 +288,18 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 
 // completer records the successes of leased jobs whose handlers did not use
 // their transaction, many in one statement: the first completion to arrive
-// writes every completion queued by the time it starts, and goes on while
-// more arrived during its statement (group commit, no timer). Thousands of
-// concurrent jobs then cost a few commits a second, not one each.
+// waits completionLinger, then writes every completion queued by then, and
+// goes on while more arrived during its statement (group commit). Thousands
+// of concurrent jobs then cost a few commits a second, not one each, and so
+// do jobs that arrive one at a time at a few hundred a second.
+// completionLinger is how long the first success to arrive waits for
+// others before the completer writes them together (River's completer
+// writes every 50-250 ms). At 200 jobs a second, writing each success on
+// its own cost about a fifth of the database's CPU time in the latency
+// bench (docs/benchmarks.md). The job's slot is free meanwhile; only its
+// state, its succeeded event and its Complete hook wait.
+const completionLinger = 20 * time.Millisecond
+
 type completer struct {
 	mu       sync.Mutex
 	pending  []*completion
@@ -317,6 +326,10 @@ func (cp *completer) complete(ctx context.Context, c *Client, id int64, attempt 
 		return me.ok, me.err
 	}
 	cp.flushing = true
+	// Gather the successes of the next completionLinger before writing.
+	cp.mu.Unlock()
+	time.Sleep(completionLinger)
+	cp.mu.Lock()
 	for len(cp.pending) > 0 {
 		batch := cp.pending
 		cp.pending = nil

@@ -472,3 +472,36 @@ func TestMixedQueueRunsEachKindInItsMode(t *testing.T) {
 	require.Equal(t, 4, started("l"))
 	require.Equal(t, 0, started("h"))
 }
+
+// Successes of leased jobs that arrive one at a time, a few ms apart, are
+// written together: the first waits for the others (completionLinger)
+// instead of writing each in a statement and a commit of its own.
+func TestLeasedSuccessesArrivingApartAreWrittenTogether(t *testing.T) {
+	t.Parallel()
+	// The grouped completion's statement only.
+	sc := newStatementCounter("AS t(id, attempts)")
+	e := newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = sc }), queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds:    []string{"quick"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"quick": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			return nil
+		})},
+	})
+	e.run()
+	const jobs = 20
+	began := time.Now()
+	for range jobs {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "quick"})
+		require.NoError(t, err)
+		time.Sleep(2 * time.Millisecond)
+	}
+	spread := time.Since(began)
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded' AND attempts = 1`) == jobs })
+	writes := sc.counts[0].Load()
+	t.Logf("%d jobs enqueued over %v: %d completion statements", jobs, spread, writes)
+	// One each without the wait (15 of 20 seen); with it about one per
+	// 20 ms of the spread (longer on a loaded machine), and at most
+	// three quarters of the jobs.
+	require.LessOrEqual(t, writes, min(max(int64(jobs/2), int64(spread/(20*time.Millisecond))+2), int64(jobs*3/4)))
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/backoff"
@@ -414,49 +413,4 @@ func (c *Client) claimIdleTimeoutFor(ctx context.Context) string {
 		return ""
 	}
 	return strconv.FormatInt((longest + idleMargin).Milliseconds(), 10)
-}
-
-// warmPoolTimeout bounds warmPool.
-const warmPoolTimeout = 500 * time.Millisecond
-
-// warmPool opens, before the workers start, the pool connections their
-// held-mode handlers will hold (one per worker and one per queue's claim,
-// leaving one of the pool's), so that the first jobs after a start do not
-// wait while the pool opens them: on a 2-core machine ten held workers met
-// by 200 jobs/s made the first jobs wait 57-104 ms (docs/benchmarks.md).
-// Then it primes every idle connection of the pool (primeClaims).
-// Best effort, within warmPoolTimeout: connections it cannot get now are
-// opened when needed, as before. A client whose kinds are all leased holds
-// no connection while handlers run, and warms nothing.
-func (c *Client) warmPool(ctx context.Context) {
-	if c.onlyLeased || len(c.loops) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	if want := min(MinPoolConns(c.cfg)-1, int(c.pool.Config().MaxConns)-1); want > int(c.pool.Stat().TotalConns()) {
-		got := make(chan *pgxpool.Conn, want)
-		for range want {
-			wg.Go(func() {
-				if conn, err := c.pool.Acquire(ctx); err == nil {
-					got <- conn
-				}
-			})
-		}
-		wg.Wait() // every connection is held at once, so each is a distinct one
-		close(got)
-		for conn := range got {
-			conn.Release()
-		}
-	}
-	for _, conn := range c.pool.AcquireAllIdle(ctx) {
-		wg.Go(func() {
-			if err := c.primeClaims(ctx, conn.Conn()); err != nil {
-				c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
-			}
-			conn.Release()
-		})
-	}
-	wg.Wait()
 }

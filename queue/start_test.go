@@ -158,8 +158,13 @@ func TestStartOpensTheWorkersConnections(t *testing.T) {
 }
 
 // A client whose kinds are all leased holds no connection while handlers
-// run: Start opens none for its workers.
-func TestStartOpensNoConnectionsForLeasedWorkers(t *testing.T) {
+// run: Start opens one per queue's claim, one for the grouped completions
+// and one for the lease heartbeat, not one per worker, and readies the
+// leased claim on each: prepared and past the plans PostgreSQL makes for a
+// statement's first executions on a connection (custom_plans counts them).
+// So the first jobs after a start wait for neither a connection nor a parse
+// nor a plan.
+func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 	t.Parallel()
 	e := newEnvOwnPool(t, 20, queue.Config{
 		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
@@ -170,7 +175,47 @@ func TestStartOpensNoConnectionsForLeasedWorkers(t *testing.T) {
 		})},
 	})
 	ctx := context.Background()
+	require.Less(t, e.pool.Stat().TotalConns(), int32(3), "the pool starts nearly empty")
 	require.NoError(t, e.c.Start(ctx))
 	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
-	require.Less(t, e.pool.Stat().TotalConns(), int32(5))
+	total := e.pool.Stat().TotalConns()
+	require.GreaterOrEqual(t, total, int32(3))
+	require.Less(t, total, int32(10), "not one per worker")
+	ready := 0
+	conns := e.pool.AcquireAllIdle(ctx)
+	for _, c := range conns {
+		var n int
+		// "AS started" is in the leased claim only.
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements
+			WHERE statement LIKE '%AS started%' AND custom_plans >= 5`).Scan(&n))
+		if n > 0 {
+			ready++
+		}
+		c.Release()
+	}
+	t.Logf("%d connections, %d idle, %d with the claim ready", total, len(conns), ready)
+	require.GreaterOrEqual(t, ready, 3)
+}
+
+// The claims Start runs to ready a leased client's connections are rolled
+// back: a pending job (of a paused queue, so the workers leave it alone)
+// is neither started nor counted, and has no started event.
+func TestStartReadiesTheClaimWithoutStartingAJob(t *testing.T) {
+	t.Parallel()
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	require.NoError(t, e.c.PauseQueue(ctx, "default"))
+	require.NoError(t, e.c.Start(ctx))
+	require.NoError(t, e.c.Stop(ctx))
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending' AND attempts = 0 AND leased_by IS NULL`, r.ID))
+	require.Equal(t, 0, e.countSQL(`SELECT count(*) FROM `+e.table("events")+` WHERE job_id = $1 AND type = 'started'`, r.ID))
 }

@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// warmPoolTimeout bounds warmPool.
+const warmPoolTimeout = 500 * time.Millisecond
+
+// warmPool readies, before the workers start, the pool connections the
+// workers will use at once, so that the first jobs after a start do not
+// wait while the pool opens them: on a 2-core machine ten held workers met
+// by 200 jobs/s made the first jobs wait 57-104 ms (docs/benchmarks.md).
+// Held-mode handlers hold one each: one per worker and one per queue's
+// claim, leaving one of the pool's; then every idle connection gets the
+// held claims' statements prepared (primeClaims). Leased handlers hold
+// none: a client whose kinds are all leased uses one per queue's claim, one
+// for its grouped completions and one for its lease heartbeat, and
+// warmStatements also readies their statements on each. Best effort,
+// within warmPoolTimeout: connections it cannot get now are opened when
+// needed, as before.
+func (c *Client) warmPool(ctx context.Context) {
+	if len(c.loops) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
+	defer cancel()
+	held := c.openConns(ctx)
+	var wg sync.WaitGroup
+	for _, conn := range held {
+		if c.onlyLeased {
+			wg.Go(func() { c.warmStatements(ctx, conn.Conn()) })
+		}
+	}
+	wg.Wait()
+	for _, conn := range held {
+		conn.Release()
+	}
+	if c.onlyLeased {
+		return
+	}
+	for _, conn := range c.pool.AcquireAllIdle(ctx) {
+		wg.Go(func() {
+			if err := c.primeClaims(ctx, conn.Conn()); err != nil {
+				c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
+			}
+			conn.Release()
+		})
+	}
+	wg.Wait()
+}
+
+// openConns acquires, all at once (so each is a distinct connection), the
+// connections warmPool readies: for a leased-only client its idle ones
+// first (the ones the pool hands out next).
+func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
+	want := MinPoolConns(c.cfg) - 1
+	if c.onlyLeased {
+		want = len(c.loops) + 2
+	}
+	want = min(want, int(c.pool.Config().MaxConns)-1)
+	if want <= 0 || (!c.onlyLeased && want <= int(c.pool.Stat().TotalConns())) {
+		return nil
+	}
+	var held []*pgxpool.Conn
+	if c.onlyLeased {
+		held = c.pool.AcquireAllIdle(ctx)
+	}
+	got := make(chan *pgxpool.Conn, max(want-len(held), 0))
+	var wg sync.WaitGroup
+	for range cap(got) {
+		wg.Go(func() {
+			if conn, err := c.pool.Acquire(ctx); err == nil {
+				got <- conn
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	for conn := range got {
+		held = append(held, conn)
+	}
+	return held
+}
+
+// planWarmups is how many times warmStatements runs the leased claim on a
+// connection: PostgreSQL plans a prepared statement for its parameters on
+// each of its first five executions on a connection (custom plans) before
+// it may settle on its generic plan, which the claim then uses.
+const planWarmups = 5
+
+// warmStatements readies on conn the statements of a leased loop's hot
+// path, in a transaction it rolls back: it runs the claim of each queue
+// planWarmups times (no job is started; a due job whose row it locked
+// meanwhile is skipped by other clients' claims and seen by this client's
+// first look), the grouped completion (of no job), the idle mark and the
+// idle barrier once. Without it each connection the pool hands a claim
+// parses it and plans it on each of its first executions: with a few
+// connections in turn, the first few dozen jobs after a start each waited
+// a parse or a plan longer. Only in pgx's default mode, which caches
+// prepared statements per connection; best effort.
+func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn) {
+	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return
+	}
+	defer rollback(tx)
+	lease := float64(c.cfg.LeaseDuration.Microseconds())
+	run := func(sql string, args ...any) bool {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return false
+		}
+		rows.Close()
+		return rows.Err() == nil
+	}
+	for q := range c.loops {
+		for range planWarmups {
+			if !run(c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1) {
+				return
+			}
+		}
+		if !run(c.sql.setWaiter, q, c.id, true) || !run(c.sql.idleBarrier, q) {
+			return
+		}
+	}
+	run(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
+}
