@@ -123,8 +123,8 @@ func TestValidJobIsInlinedAndQualified(t *testing.T) {
 	require.Zero(t, pwned(), "a look-alike operator ran")
 }
 
-// TestOneJobEnqueueWakeCheck: the one-job statement's inline wake-up check
-// (migration 0019) keeps wake_needed()'s protocol: in READ COMMITTED it
+// TestOneJobEnqueueWakeCheck: the one-job statement rewritten by migration
+// 0019 keeps wake_needed()'s protocol: in READ COMMITTED it
 // holds the queue's wake key shared until the commit (what a worker's idle
 // barrier waits for); in REPEATABLE READ it takes no lock and notifies.
 // With no event watcher the transaction is marked so that the events

@@ -1,7 +1,7 @@
 -- The enqueue floor (issue 12): fewer function layers around the job row
 -- and its event on the one-job path that Enqueue and enqueue() take. Same
 -- SQL API (signatures, defaults, error codes and messages), same wake-up
--- protocol. Three layers go from that path:
+-- protocol. Two layers go from that path:
 --
 --  * valid_job is now an SQL function of one expression, with no SET
 --    clause, so the planner inlines it into enqueue_jobs' statement: no
@@ -12,11 +12,11 @@
 --    name in the expression is schema-qualified (functions pg_catalog.*,
 --    operators OPERATOR(pg_catalog.x), casts to pg_catalog types), so it
 --    resolves the same under any search_path.
---  * The wake-up check of the one-job statement is wake_needed()'s body
---    written into the statement (a CASE keeps its order: the isolation
---    level, then the shared try-lock on the queue's key, which is held to
---    the commit, then the idle waiters), instead of a plpgsql call with its
---    own pinned search_path. wake_needed() stays for the other callers.
+--  * wake_needed() stays a call of its own: written into the statement,
+--    its look at the waiters would use the statement's snapshot, taken
+--    before the try-lock, and could miss a worker that marked itself idle
+--    and passed its barrier in between (a lost wake-up); the function's
+--    statement takes a snapshot after the lock.
 --  * The event watchers' commit-time trigger (migration 0017): when no
 --    watcher is registered (none seen in the last 60 s) as the enqueue
 --    statement runs, the statement marks the transaction in the
@@ -82,8 +82,8 @@ SELECT CASE WHEN
     ELSE {{schema}}.job_error(ord, k, p, q, ra, d, pr, ma, uk, payload_limit) END
 $$;
 
--- enqueue_jobs: migration 0014's, with the one-job statement's wake-up
--- check inline and, in both statements, the look for event watchers.
+-- enqueue_jobs: migration 0014's, with the look for event watchers in
+-- both statements.
 -- enqueue_jobs enqueues the jobs given column-wise (element i of every
 -- array is job i; a NULL array or element takes the default) and returns,
 -- in input order, each job's id and whether its unique key was held (then
@@ -226,13 +226,7 @@ BEGIN
             SELECT pg_catalog.pg_notify({{wake_channel}}, x.queue || CASE WHEN x.run_after > pg_catalog.clock_timestamp()
                 THEN '|' || pg_catalog.ceil(EXTRACT(epoch FROM x.run_after - pg_catalog.clock_timestamp()) * 1000::numeric)::bigint::text
                 ELSE '' END)
-            FROM ins x
-            -- wake_needed(x.queue), inline.
-            WHERE CASE WHEN pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN true
-                WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared((SELECT s.salt FROM {{schema}}.wake_salt s)
-                    OPERATOR(pg_catalog.#) (pg_catalog.hashtextextended(x.queue, 0::bigint) OPERATOR(pg_catalog.&) 255::bigint)) THEN true
-                ELSE EXISTS (SELECT 1 FROM {{schema}}.waiters w
-                    WHERE w.queue = x.queue AND w.idle AND w.heartbeat_at > pg_catalog.now() - interval '90 seconds') END
+            FROM ins x WHERE {{schema}}.wake_needed(x.queue)
         )
         SELECT x.id, (SELECT pg_catalog.count(*) FROM wake) INTO one_id, woke FROM ins x;
         IF one_id IS NOT NULL THEN
