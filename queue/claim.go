@@ -411,6 +411,16 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 	return time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
 }
 
+// asyncClaim makes the leased claim's commit return before its WAL is
+// flushed (synchronous_commit off for that transaction only): the handler
+// starts a flush earlier. The job's completion commits synchronously, and
+// flushes the claim with it. Only a database crash in between (before the
+// WAL writer's next flush, at most three wal_writer_delay later) can forget
+// the claim: the job is then pending again, its attempt and its started
+// event not recorded, and the handler's completion is refused as a lost
+// lease. No job is lost (docs/semantics.md).
+const asyncClaim = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
+
 // claimLeased claims and starts up to n due leased jobs of queue in one
 // statement with no transaction around it (claimLeased in store.go): one
 // round trip and one commit. held reports that the head job is of a held
@@ -420,17 +430,19 @@ func (c *Client) claimLeased(ctx context.Context, queue string, n int, after *cl
 	lease := float64(c.cfg.LeaseDuration.Microseconds())
 	b = &batch{leased: true, started: true}
 	for {
-		var rows pgx.Rows
-		if after == nil {
-			rows, err = c.pool.Query(ctx, c.sql.claimLeased, queue, lease, c.id, c.leasedKinds, n)
-		} else {
-			rows, err = c.pool.Query(ctx, c.sql.claimLeasedAfter, queue, lease, c.id, c.leasedKinds, n,
-				after.priority, after.runAfter, after.id)
+		stmt, args := c.sql.claimLeased, []any{queue, lease, c.id, c.leasedKinds, n}
+		if after != nil {
+			stmt, args = c.sql.claimLeasedAfter, append(args, after.priority, after.runAfter, after.id)
 		}
-		if err == nil {
+		// One round trip, one implicit transaction (a batch ends with one
+		// Sync): its commit does not wait for the WAL flush (asyncClaim).
+		pb := &pgx.Batch{}
+		pb.Queue(asyncClaim)
+		pb.Queue(stmt, args...).Query(func(rows pgx.Rows) (err error) {
 			held, err = scanLeasedClaim(b, rows)
-		}
-		if err != nil {
+			return err
+		})
+		if err = c.pool.SendBatch(ctx, pb).Close(); err != nil {
 			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		if held || len(b.jobs) > 0 || after == nil {

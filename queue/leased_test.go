@@ -505,3 +505,71 @@ func TestLeasedSuccessesArrivingApartAreWrittenTogether(t *testing.T) {
 	// three quarters of the jobs.
 	require.LessOrEqual(t, writes, min(max(int64(jobs/2), int64(spread/(20*time.Millisecond))+2), int64(jobs*3/4)))
 }
+
+// batchRecorder is a pgx tracer that keeps the statements of every batch.
+type batchRecorder struct {
+	mu      sync.Mutex
+	cur     map[*pgx.Conn][]string
+	batches [][]string
+}
+
+func (r *batchRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (r *batchRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *batchRecorder) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur[conn] = nil
+	return ctx
+}
+func (r *batchRecorder) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur[conn] = append(r.cur[conn], d.SQL)
+}
+func (r *batchRecorder) TraceBatchEnd(_ context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = append(r.batches, r.cur[conn])
+	delete(r.cur, conn)
+}
+
+// The leased claim commits without waiting for its WAL flush: it is sent in
+// one batch (one implicit transaction) behind the transaction-local
+// synchronous_commit = off, and the setting does not outlive it.
+func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
+	t.Parallel()
+	rec := &batchRecorder{cur: map[*pgx.Conn][]string{}}
+	pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	e := newEnvWithPool(t, pool, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds: []string{"l"},
+		Handlers: map[string]queue.Handler{"l": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	for range 3 {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "l"})
+		require.NoError(t, err)
+	}
+	e.run()
+	waitFor(t, 30*time.Second, "jobs succeeded", func() bool { return e.count(`state = 'succeeded'`) == 3 })
+	claims := 0
+	rec.mu.Lock()
+	for _, b := range rec.batches {
+		if len(b) == 2 && strings.Contains(b[0], "'synchronous_commit', 'off', true") && strings.Contains(b[1], "'started'") {
+			claims++
+		}
+	}
+	rec.mu.Unlock()
+	require.Positive(t, claims, "a leased claim sent behind synchronous_commit = off")
+	conns := pool.AcquireAllIdle(context.Background())
+	require.NotEmpty(t, conns)
+	for _, c := range conns {
+		var v string
+		require.NoError(t, c.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&v))
+		c.Release()
+		require.Equal(t, "on", v, "the setting ended with the claim's transaction")
+	}
+}
