@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -34,11 +35,8 @@ var evilOperators = []struct{ op, left, right, fn string }{
 // runs, in valid_job called directly and in enqueue_jobs.
 func TestValidJobIsInlinedAndQualified(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := migratedSchema(t)
 	ctx := context.Background()
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
 	q := sqlident.Quote(schema)
 	var lang string
 	var config []string
@@ -132,11 +130,8 @@ func TestValidJobIsInlinedAndQualified(t *testing.T) {
 // commit.
 func TestOneJobEnqueueWakeCheck(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := migratedSchema(t)
 	ctx := context.Background()
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
 	q := sqlident.Quote(schema)
 	enqueue := `SELECT e.ids[1] FROM ` + q + `.enqueue_jobs(ARRAY['k']::text[], queues => ARRAY['wq']::text[]) e`
 	wakeLocks := func(tx pgx.Tx) int {
@@ -196,4 +191,15 @@ func TestOneJobEnqueueWakeCheck(t *testing.T) {
 	defer cancel()
 	_, err = lc.Conn().WaitForNotification(wctx)
 	require.NoError(t, err, "a watcher is notified at commit")
+}
+
+// migratedSchema is a fresh schema with every migration applied, on the
+// shared test pool.
+func migratedSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(t, err)
+	return pool, schema
 }

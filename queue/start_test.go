@@ -166,14 +166,7 @@ func TestStartOpensTheWorkersConnections(t *testing.T) {
 // nor a plan.
 func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 	t.Parallel()
-	e := newEnvOwnPool(t, 20, queue.Config{
-		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
-		LeasedKinds:    []string{"k"},
-		AllowSmallPool: true,
-		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
-			return nil
-		})},
-	})
+	e := leasedOnlyEnv(t)
 	ctx := context.Background()
 	require.Less(t, e.pool.Stat().TotalConns(), int32(3), "the pool starts nearly empty")
 	require.NoError(t, e.c.Start(ctx))
@@ -202,14 +195,7 @@ func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 // is neither started nor counted, and has no started event.
 func TestStartReadiesTheClaimWithoutStartingAJob(t *testing.T) {
 	t.Parallel()
-	e := newEnvOwnPool(t, 20, queue.Config{
-		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
-		LeasedKinds:    []string{"k"},
-		AllowSmallPool: true,
-		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
-			return nil
-		})},
-	})
+	e := leasedOnlyEnv(t)
 	ctx := context.Background()
 	r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
@@ -218,4 +204,18 @@ func TestStartReadiesTheClaimWithoutStartingAJob(t *testing.T) {
 	require.NoError(t, e.c.Stop(ctx))
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending' AND attempts = 0 AND leased_by IS NULL`, r.ID))
 	require.Equal(t, 0, e.countSQL(`SELECT count(*) FROM `+e.table("events")+` WHERE job_id = $1 AND type = 'started'`, r.ID))
+}
+
+// leasedOnlyEnv is a client whose only kind, "k", is leased (10 workers, a
+// no-op handler), on a pool of its own of 20 connections.
+func leasedOnlyEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
 }
