@@ -308,8 +308,6 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 		return nil, time.Time{}, err
 	}
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
-	alone := c.kinds.alone()
-	leased := c.leasedKinds
 	plain, head, headArgs := c.claimHead(queue, n, leasedN)
 	pb.Queue(genericPlan)
 	switch {
@@ -321,7 +319,9 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	case plain:
 		pb.Queue(c.sql.claimPlainAfter, queue, n, after.priority, after.runAfter, after.id).Query(scan)
 	default:
-		pb.Queue(c.sql.claimAfter, queue, n, alone, leased, leasedN, after.priority, after.runAfter, after.id).Query(scan)
+		// claimAfter takes claim's arguments, then the cursor.
+		args := append(headArgs[:len(headArgs):len(headArgs)], after.priority, after.runAfter, after.id)
+		pb.Queue(c.sql.claimAfter, args...).Query(scan)
 	}
 	pb.Queue(genericPlanEnd)
 	if err := b.send(ctx, pb); err != nil {

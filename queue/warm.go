@@ -33,12 +33,12 @@ func (c *Client) warmPool(ctx context.Context) {
 	defer cancel()
 	held := c.openConns(ctx)
 	var wg sync.WaitGroup
-	for _, conn := range held {
-		if c.onlyLeased {
+	if c.onlyLeased {
+		for _, conn := range held {
 			wg.Go(func() { c.warmStatements(ctx, conn.Conn()) })
 		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for _, conn := range held {
 		conn.Release()
 	}
