@@ -415,10 +415,8 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 // flushed (synchronous_commit off for that transaction only): the handler
 // starts a flush earlier. The job's completion commits synchronously, and
 // flushes the claim with it. Only a database crash in between (before the
-// WAL writer's next flush, at most three wal_writer_delay later) can forget
-// the claim: the job is then pending again, its attempt and its started
-// event not recorded, and the handler's completion is refused as a lost
-// lease. No job is lost (docs/semantics.md).
+// WAL writer's next flush) can forget the claim: the job is then pending
+// again, its attempt and its started event not recorded (docs/semantics.md).
 const asyncClaim = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
 
 // claimLeased claims and starts up to n due leased jobs of queue in one
