@@ -1,9 +1,9 @@
 -- The enqueue floor (issue 12), second step: the one-job path of
 -- enqueue_jobs (Enqueue, enqueue()) without the wake_needed() call and,
 -- for a job without a unique key, without ON CONFLICT. Same SQL API
--- (signatures, defaults, error codes and messages, results), same rows and
--- events, same wake-up protocol; more jobs per call take the path of
--- migration 0019, unchanged.
+-- (signatures, defaults, results, the errors of invalid input), same rows
+-- and events, same wake-up protocol; more jobs per call take the path of
+-- migration 0019, unchanged. One error changes, below (23505).
 --
 --  * The wake-up check is wake_needed()'s, written as plpgsql statements of
 --    enqueue_jobs after the insert: not READ COMMITTED: notify; else try the
