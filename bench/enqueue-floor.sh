@@ -11,7 +11,13 @@
 #
 #   base          INSERT one row into a table with only a primary key
 #   jobs          INSERT one row into pgwake's jobs table (its indexes)
-#   jobs+event    the job and its 'enqueued' event, no wake-up check
+#   jobs+event    the job and its 'enqueued' event, no wake-up check (the
+#                 events table's deferred trigger, migration 0017, runs its
+#                 plpgsql function at the commit)
+#   jobs+event+mark (only with VARIANTS=...) the same, with the transaction
+#                 marked in the statement as enqueue_jobs marks it when no
+#                 event watcher is registered (migration 0019): no
+#                 commit-time call, as in go
 #   jobs+emit     (only with VARIANTS=...) the job and its 'enqueued' event
 #                 carried by the WAL instead of an events row: a transactional
 #                 pg_logical_emit_message in the same statement (issue 12's
@@ -119,6 +125,8 @@ EOF
 echo "INSERT INTO ${S}_base.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"seq\":1}');" >"$WORK/base.sql"
 echo "INSERT INTO $S.jobs (queue, kind, payload) VALUES ('bench', 'bench', '{\"seq\":1}');" >"$WORK/jobs.sql"
 { head; echo ")"; echo "SELECT id, unique_key FROM ins;"; } >"$WORK/jobs+event.sql"
+sed "s/^	VALUES (\(.*\))$/	SELECT \1 WHERE set_config('pgwake.events_notify_$S', 'queued', true) IS NOT NULL/" \
+	"$WORK/jobs+event.sql" >"$WORK/jobs+event+mark.sql"
 cat >"$WORK/jobs+emit.sql" <<EOF
 WITH ins AS (
 	INSERT INTO $S.jobs (queue, kind, payload, priority, run_after, max_attempts, unique_key)
