@@ -573,3 +573,40 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 		require.Equal(t, "on", v, "the setting ended with the claim's transaction")
 	}
 }
+
+// The grouped completion of leased successes runs with its generic plan
+// (a probe of the primary key per job), never a custom plan: with the
+// table's statistics gathered while no job ran, the custom plans
+// PostgreSQL makes for a statement's first executions on a connection
+// scanned every job once per job completed (issue 11). So no connection
+// ever planned it for its parameters, the warm-up's included.
+func TestLeasedGroupedCompletionUsesItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	e := leasedOnlyEnv(t)
+	ctx := context.Background()
+	const jobs = 300
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(ctx, nj)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `ANALYZE `+e.table("jobs"))
+	require.NoError(t, err)
+	require.NoError(t, e.c.Start(ctx))
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+	require.NoError(t, e.c.Stop(ctx))
+	var custom, generic int64
+	conns := e.pool.AcquireAllIdle(ctx)
+	for _, c := range conns {
+		var cu, ge int64
+		// "AS t(id, attempts)" is in the grouped completion only.
+		require.NoError(t, c.QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
+			FROM pg_catalog.pg_prepared_statements WHERE statement LIKE '%AS t(id, attempts)%'`).Scan(&cu, &ge))
+		custom, generic = custom+cu, generic+ge
+		c.Release()
+	}
+	t.Logf("%d connections: %d custom and %d generic plans of the grouped completion", len(conns), custom, generic)
+	require.Positive(t, generic)
+	require.Zero(t, custom)
+}

@@ -99,9 +99,10 @@ const planWarmups = 5
 // path, in a transaction it rolls back: it runs the claim of each queue
 // planWarmups times (no job is started; a due job whose row it locked
 // meanwhile is skipped by other clients' claims and seen by this client's
-// first look), the grouped completion (of no job), the idle mark and the
-// idle barrier once. Without it each connection the pool hands a claim
-// parses it and plans it on each of its first executions: with a few
+// first look), the idle mark and the idle barrier once, and the grouped
+// completion (of no job) on its generic plan, as it runs (flush). Without
+// it each connection the pool hands a claim parses it and plans it on each
+// of its first executions: with a few
 // connections in turn, the first few dozen jobs after a start each waited
 // a parse or a plan longer. Only in pgx's default mode, which caches
 // prepared statements per connection; best effort.
@@ -133,5 +134,8 @@ func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn) {
 			return
 		}
 	}
-	run(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
+	// The grouped completion runs with its generic plan (flush): plan it.
+	if run(genericPlan) {
+		run(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
+	}
 }
