@@ -153,3 +153,8 @@ func readSignal[T any](sig testSignal[T], d time.Duration, match func(T) bool) b
 		}
 	}
 }
+
+// SetCompletionLinger sets how long c's first leased success waits for
+// others before they are written together (completionLinger by default).
+// Call it before Run or Start.
+func SetCompletionLinger(c *Client, d time.Duration) { c.completions.linger = d }

@@ -610,3 +610,38 @@ func TestLeasedGroupedCompletionUsesItsGenericPlan(t *testing.T) {
 	require.Positive(t, generic)
 	require.Zero(t, custom)
 }
+
+// Leased successes that arrive together, as many as a full group, are
+// written at once: the first does not wait out the linger for others (here
+// a minute) when the group is full already.
+func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
+	t.Parallel()
+	const jobs = 100 // completionGroupFull
+	var started atomic.Int64
+	release := make(chan struct{})
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: jobs}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+			if started.Add(1) == jobs {
+				close(release)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+	})
+	queue.SetCompletionLinger(e.c, time.Minute)
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(context.Background(), nj)
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 20*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+}
