@@ -645,3 +645,48 @@ func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
 	e.run()
 	waitFor(t, 20*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
 }
+
+// A leased claim under a backlog waits for more free slots only when fewer
+// than a full claim's (and fewer than half) are free: with 1,600 slots, the
+// claims of 1,100 due jobs (500, 500, 100) go one after the other.
+func TestLeasedClaimWithAFullClaimsSlotsFreeDoesNotWait(t *testing.T) {
+	t.Parallel()
+	const jobs = 1100
+	var started atomic.Int64
+	release := make(chan struct{})
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 1600}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+			if started.Add(1) == jobs {
+				close(release)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+	})
+	sig := queue.EnableTestSignals(e.c)
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(context.Background(), nj)
+	require.NoError(t, err)
+	e.run()
+	select {
+	case <-release:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d of %d jobs started", started.Load(), jobs)
+	}
+	free := sig.Cooldowns()
+	t.Logf("waits for free slots while the jobs started, with free slots: %v", free)
+	for _, n := range free {
+		require.Less(t, n, 500, "a claim that may take a full 500 jobs waited for more free slots")
+	}
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+}
