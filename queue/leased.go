@@ -260,12 +260,16 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 	if jtx.tx == nil {
 		ok, err = c.completions.complete(ctx, c, j.ID, int32(j.Attempt))
 	} else {
+		// On its generic plan, as the grouped completion (flush), and
+		// the handler's setting back before the commit.
 		marked := map[int64]bool{}
-		var rows pgx.Rows
-		rows, err = jtx.tx.Query(ctx, c.sql.succeedLeased, []int64{j.ID}, []int32{int32(j.Attempt)}, c.id)
-		if err == nil {
-			err = collectIDs(rows, marked)
-		}
+		pb := &pgx.Batch{}
+		pb.Queue(genericPlan)
+		pb.Queue(c.sql.succeedLeased, []int64{j.ID}, []int32{int32(j.Attempt)}, c.id).Query(func(rows pgx.Rows) error {
+			return collectIDs(rows, marked)
+		})
+		pb.Queue(genericPlanEnd)
+		err = jtx.tx.SendBatch(ctx, pb).Close()
 		ok = marked[j.ID]
 		switch {
 		case err == nil && ok:

@@ -579,10 +579,38 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 // table's statistics gathered while no job ran, the custom plans
 // PostgreSQL makes for a statement's first executions on a connection
 // scanned every job once per job completed (issue 11). So no connection
-// ever planned it for its parameters, the warm-up's included.
+// ever planned it for its parameters, the warm-up's included. The same
+// holds for the completion in a handler's transaction.
 func TestLeasedGroupedCompletionUsesItsGenericPlan(t *testing.T) {
 	t.Parallel()
-	e := leasedOnlyEnv(t)
+	custom, generic := completionPlans(t, func(context.Context, pgx.Tx) error { return nil })
+	require.Positive(t, generic)
+	require.Zero(t, custom)
+}
+
+func TestLeasedCompletionInTheHandlersTxUsesItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	custom, generic := completionPlans(t, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	require.Positive(t, generic)
+	require.Zero(t, custom)
+}
+
+// completionPlans runs 300 leased jobs whose handler is handle, on a table
+// analyzed while they were pending, and counts the custom and generic plans
+// of the completion statement on the pool's connections.
+func completionPlans(t *testing.T, handle func(context.Context, pgx.Tx) error) (custom, generic int64) {
+	t.Helper()
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ *queue.Job) error {
+			return handle(ctx, tx)
+		})},
+	})
 	ctx := context.Background()
 	const jobs = 300
 	nj := make([]queue.NewJob, jobs)
@@ -596,19 +624,20 @@ func TestLeasedGroupedCompletionUsesItsGenericPlan(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx))
 	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
 	require.NoError(t, e.c.Stop(ctx))
-	var custom, generic int64
 	conns := e.pool.AcquireAllIdle(ctx)
 	for _, c := range conns {
 		var cu, ge int64
-		// "AS t(id, attempts)" is in the grouped completion only.
+		// "AS t(id, attempts)" is in the leased completion only.
 		require.NoError(t, c.QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
 			FROM pg_catalog.pg_prepared_statements WHERE statement LIKE '%AS t(id, attempts)%'`).Scan(&cu, &ge))
 		custom, generic = custom+cu, generic+ge
+		var mode string
+		require.NoError(t, c.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&mode))
+		require.Equal(t, "auto", mode, "the setting ended with the completion's transaction")
 		c.Release()
 	}
-	t.Logf("%d connections: %d custom and %d generic plans of the grouped completion", len(conns), custom, generic)
-	require.Positive(t, generic)
-	require.Zero(t, custom)
+	t.Logf("%d connections: %d custom and %d generic plans of the completion", len(conns), custom, generic)
+	return custom, generic
 }
 
 // Leased successes that arrive together, as many as a full group, are
