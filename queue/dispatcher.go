@@ -198,17 +198,30 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 }
 
 // leasedFetchCooldown is how long a leased claim under a backlog waits for
-// more free slots when fewer than half are free (River's FetchCooldown).
+// more free slots when too few are free (fewSlotsFree; River's
+// FetchCooldown).
 const leasedFetchCooldown = time.Millisecond
 
-// awaitFreeSlots waits until half the slots are free (counting the one
-// taken for the claim) or leasedFetchCooldown passed, whichever is first:
-// short handlers free their slots in microseconds, and a fixed cooldown
-// would then cost more than the claim. false when ctx ended first.
+// fewSlotsFree reports whether a leased claim under a backlog should wait
+// for more free slots: fewer than half are free (counting the one taken for
+// the claim), and fewer than a full claim (maxLeasedClaim). With thousands
+// of slots, a claim with hundreds free takes as many jobs as it may
+// already: waiting would only delay it.
+func (l *queueLoop) fewSlotsFree() bool {
+	return cap(l.slots)-len(l.slots)+1 < min(cap(l.slots)/2, maxLeasedClaim)
+}
+
+// awaitFreeSlots waits until enough slots are free (fewSlotsFree) or
+// leasedFetchCooldown passed, whichever is first: short handlers free
+// their slots in microseconds, and a fixed cooldown would then cost more
+// than the claim. false when ctx ended first.
 func (l *queueLoop) awaitFreeSlots(ctx context.Context) bool {
+	if ts := l.c.signals; ts != nil {
+		ts.cooldown.signal(cap(l.slots) - len(l.slots) + 1)
+	}
 	t := time.NewTimer(leasedFetchCooldown)
 	defer t.Stop()
-	for cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
+	for l.fewSlotsFree() {
 		select {
 		case <-ctx.Done():
 			return false
@@ -257,7 +270,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	}
 	leasedN := 0
 	if len(l.c.cfg.LeasedKinds) > 0 {
-		if s.source == sourceBusy && cap(l.slots)-len(l.slots)+1 < cap(l.slots)/2 {
+		if s.source == sourceBusy && l.fewSlotsFree() {
 			// A backlog with most slots busy: slots free one at a time as
 			// leased jobs end, and claiming at once would take one job per
 			// claim (and per commit). Let a few more free first.

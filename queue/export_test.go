@@ -153,3 +153,22 @@ func readSignal[T any](sig testSignal[T], d time.Duration, match func(T) bool) b
 		}
 	}
 }
+
+// SetCompletionLinger sets how long c's first leased success waits for
+// others before they are written together (completionLinger by default).
+// Call it before Run or Start.
+func SetCompletionLinger(c *Client, d time.Duration) { c.completions.linger = d }
+
+// Cooldowns returns the free slots of each wait of a leased claim for more
+// free slots signalled since the last call (or since EnableTestSignals).
+func (s Signals) Cooldowns() []int {
+	var free []int
+	for {
+		select {
+		case n := <-s.s.cooldown.ch:
+			free = append(free, n)
+		default:
+			return free
+		}
+	}
+}

@@ -573,3 +573,149 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 		require.Equal(t, "on", v, "the setting ended with the claim's transaction")
 	}
 }
+
+// The grouped completion of leased successes runs with its generic plan
+// (a probe of the primary key per job), never a custom plan: with the
+// table's statistics gathered while no job ran, the custom plans
+// PostgreSQL makes for a statement's first executions on a connection
+// scanned every job once per job completed (issue 11). So no connection
+// ever planned it for its parameters, the warm-up's included. The same
+// holds for the completion in a handler's transaction.
+func TestLeasedGroupedCompletionUsesItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	custom, generic := completionPlans(t, func(context.Context, pgx.Tx) error { return nil })
+	require.Positive(t, generic)
+	require.Zero(t, custom)
+}
+
+func TestLeasedCompletionInTheHandlersTxUsesItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	custom, generic := completionPlans(t, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	require.Positive(t, generic)
+	require.Zero(t, custom)
+}
+
+// completionPlans runs 300 leased jobs whose handler is handle, on a table
+// analyzed while they were pending, and counts the custom and generic plans
+// of the completion statement on the pool's connections.
+func completionPlans(t *testing.T, handle func(context.Context, pgx.Tx) error) (custom, generic int64) {
+	t.Helper()
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ *queue.Job) error {
+			return handle(ctx, tx)
+		})},
+	})
+	ctx := context.Background()
+	const jobs = 300
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(ctx, nj)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `ANALYZE `+e.table("jobs"))
+	require.NoError(t, err)
+	require.NoError(t, e.c.Start(ctx))
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+	require.NoError(t, e.c.Stop(ctx))
+	conns := e.pool.AcquireAllIdle(ctx)
+	for _, c := range conns {
+		var cu, ge int64
+		// "AS t(id, attempts)" is in the leased completion only.
+		require.NoError(t, c.QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
+			FROM pg_catalog.pg_prepared_statements WHERE statement LIKE '%AS t(id, attempts)%'`).Scan(&cu, &ge))
+		custom, generic = custom+cu, generic+ge
+		var mode string
+		require.NoError(t, c.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&mode))
+		require.Equal(t, "auto", mode, "the setting ended with the completion's transaction")
+		c.Release()
+	}
+	t.Logf("%d connections: %d custom and %d generic plans of the completion", len(conns), custom, generic)
+	return custom, generic
+}
+
+// Leased successes that arrive together, as many as a full group, are
+// written at once: the first does not wait out the linger for others (here
+// a minute) when the group is full already.
+func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
+	t.Parallel()
+	const jobs = 100 // completionGroupFull
+	var started atomic.Int64
+	release := make(chan struct{})
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: jobs}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+			if started.Add(1) == jobs {
+				close(release)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+	})
+	queue.SetCompletionLinger(e.c, time.Minute)
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(context.Background(), nj)
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 20*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+}
+
+// A leased claim under a backlog waits for more free slots only when fewer
+// than a full claim's (and fewer than half) are free: with 1,600 slots, the
+// claims of 1,100 due jobs (500, 500, 100) go one after the other.
+func TestLeasedClaimWithAFullClaimsSlotsFreeDoesNotWait(t *testing.T) {
+	t.Parallel()
+	const jobs = 1100
+	var started atomic.Int64
+	release := make(chan struct{})
+	e := newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 1600}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+			if started.Add(1) == jobs {
+				close(release)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})},
+	})
+	sig := queue.EnableTestSignals(e.c)
+	nj := make([]queue.NewJob, jobs)
+	for i := range nj {
+		nj[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(context.Background(), nj)
+	require.NoError(t, err)
+	e.run()
+	select {
+	case <-release:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d of %d jobs started", started.Load(), jobs)
+	}
+	free := sig.Cooldowns()
+	t.Logf("waits for free slots while the jobs started, with free slots: %v", free)
+	for _, n := range free {
+		require.Less(t, n, 500, "a claim that may take a full 500 jobs waited for more free slots")
+	}
+	waitFor(t, 30*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
+}

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,4 +219,43 @@ func leasedOnlyEnv(t *testing.T) *env {
 			return nil
 		})},
 	})
+}
+
+// Start readies each of a leased client's connections in one round trip:
+// the claims, the idle mark and barrier and the grouped completion are sent
+// in one batch between BEGIN and ROLLBACK, not one statement at a time, so
+// a 2-core machine busy opening connections does not wait a round trip per
+// statement before the first claim.
+func TestStartReadiesALeasedConnectionInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	rec := &batchRecorder{cur: map[*pgx.Conn][]string{}}
+	e := newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 20
+		c.ConnConfig.Tracer = rec
+	}), queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	require.NoError(t, e.c.Start(ctx))
+	require.NoError(t, e.c.Stop(ctx))
+	readied := 0
+	rec.mu.Lock()
+	for _, b := range rec.batches {
+		claims := 0
+		for _, sql := range b {
+			if strings.Contains(sql, "AS started") {
+				claims++
+			}
+		}
+		if claims >= 5 && b[0] == "BEGIN" && b[len(b)-1] == "ROLLBACK" {
+			readied++
+		}
+	}
+	rec.mu.Unlock()
+	require.GreaterOrEqual(t, readied, 3, "connections readied in one batch each")
 }

@@ -76,6 +76,9 @@ type testSignals struct {
 	// cancelKept: a cancel of a leased job not running here was kept
 	// (earlyCancels). Carries the job's id.
 	cancelKept testSignal[int64]
+	// cooldown: a leased claim under a backlog waits for more free slots
+	// (awaitFreeSlots). Carries the free slots, the claim's included.
+	cooldown testSignal[int]
 	// listening: the listener (re)connected and LISTENs on the client's
 	// channel: its Resync reached the client, which woke its dispatchers
 	// (onNotify).
@@ -99,6 +102,7 @@ func newTestSignals() *testSignals {
 	s.pausedLook.init()
 	s.startsRecorded.init()
 	s.cancelKept.init()
+	s.cooldown.init()
 	s.listening.init()
 	s.draining.init()
 	return s

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,8 +35,8 @@ func (c *Client) warmPool(ctx context.Context) {
 	held := c.openConns(ctx)
 	var wg sync.WaitGroup
 	if c.onlyLeased {
-		for _, conn := range held {
-			wg.Go(func() { c.warmStatements(ctx, conn.Conn()) })
+		for i, conn := range held {
+			wg.Go(func() { c.warmStatements(ctx, conn.Conn(), i) })
 		}
 		wg.Wait()
 	}
@@ -96,42 +97,41 @@ func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 const planWarmups = 5
 
 // warmStatements readies on conn the statements of a leased loop's hot
-// path, in a transaction it rolls back: it runs the claim of each queue
-// planWarmups times (no job is started; a due job whose row it locked
-// meanwhile is skipped by other clients' claims and seen by this client's
-// first look), the grouped completion (of no job), the idle mark and the
-// idle barrier once. Without it each connection the pool hands a claim
-// parses it and plans it on each of its first executions: with a few
-// connections in turn, the first few dozen jobs after a start each waited
-// a parse or a plan longer. Only in pgx's default mode, which caches
-// prepared statements per connection; best effort.
-func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn) {
+// path, in one round trip, in a transaction it rolls back: it runs the
+// claim of each queue planWarmups times (no job is started; a due job whose
+// row it locked meanwhile is skipped by other clients' claims and seen by
+// this client's first look), the idle mark (under a client id of the
+// warm-up's own, warmer: the connections warmed at once do not wait for
+// each other's row) and the idle barrier once, and the grouped completion
+// (of no job) on its generic plan, as it runs (flush). Without it each
+// connection the pool hands a claim parses it and plans it on each of its
+// first executions: with a few connections in turn, the first few dozen
+// jobs after a start each waited a parse or a plan longer. Only in pgx's
+// default mode, which caches prepared statements per connection; best
+// effort.
+func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn, warmer int) {
 	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return
-	}
-	defer rollback(tx)
 	lease := float64(c.cfg.LeaseDuration.Microseconds())
-	run := func(sql string, args ...any) bool {
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return false
-		}
-		rows.Close()
-		return rows.Err() == nil
-	}
+	pb := &pgx.Batch{}
+	pb.Queue("BEGIN")
 	for q := range c.loops {
 		for range planWarmups {
-			if !run(c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1) {
-				return
-			}
+			pb.Queue(c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1)
 		}
-		if !run(c.sql.setWaiter, q, c.id, true) || !run(c.sql.idleBarrier, q) {
-			return
-		}
+		pb.Queue(c.sql.setWaiter, q, c.id+"/warm-up/"+strconv.Itoa(warmer), true)
+		pb.Queue(c.sql.idleBarrier, q)
 	}
-	run(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
+	// The grouped completion runs with its generic plan (flush): plan it.
+	pb.Queue(genericPlan)
+	pb.Queue(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
+	pb.Queue("ROLLBACK")
+	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
+		c.log.Debug("could not ready a connection's leased statements", zap.Error(err))
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		// Failed before its ROLLBACK.
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,4 +332,51 @@ func TestReportRatiosChartAndTargets(t *testing.T) {
 	require.True(t, strings.HasPrefix(svg, "<svg "), svg[:20])
 	require.Contains(t, svg, ">river-tuned</text>")
 	require.Equal(t, strings.Count(svg, "<svg"), strings.Count(svg, "</svg>"))
+}
+
+// counting wraps leased pgwake and records when each handler starts and
+// when the mode counts unfinished jobs.
+type counting struct {
+	bench.Pgwake
+	mu        sync.Mutex
+	lastStart time.Time
+	counts    []time.Time
+}
+
+func (c *counting) Start(ctx context.Context, handle bench.HandleFunc) (func() error, error) {
+	return c.Pgwake.Start(ctx, func(seq int64) {
+		c.mu.Lock()
+		c.lastStart = time.Now()
+		c.mu.Unlock()
+		handle(seq)
+	})
+}
+
+func (c *counting) Unfinished(ctx context.Context) (int64, error) {
+	c.mu.Lock()
+	c.counts = append(c.counts, time.Now())
+	c.mu.Unlock()
+	return c.Pgwake.Unfinished(ctx)
+}
+
+// The concurrent mode counts unfinished jobs only once the last job's
+// handler may have ended (its start plus the sleep every handler takes):
+// earlier counts cannot end the run and load the database whose
+// completions it measures.
+func TestConcurrentModeCountsOnlyOnceTheLastJobMayHaveEnded(t *testing.T) {
+	s := tiny()
+	s.ConcurrentJobs, s.ConcurrentSleep, s.ConcurrentPool = 50, 300*time.Millisecond, 5
+	sys := &counting{Pgwake: bench.Pgwake{Leased: true}}
+	results, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: pgtest.URL(), Sizes: s, Out: &bytes.Buffer{}, Log: &bytes.Buffer{},
+		Modes: []bench.Mode{bench.ModeConcurrent},
+	}, sys)
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	require.Zero(t, results[0].Missing)
+	sys.mu.Lock()
+	defer sys.mu.Unlock()
+	require.NotEmpty(t, sys.counts)
+	require.False(t, sys.counts[0].Before(sys.lastStart.Add(s.ConcurrentSleep)),
+		"first count %v after the last start, before the sleep of %v", sys.counts[0].Sub(sys.lastStart), s.ConcurrentSleep)
 }
