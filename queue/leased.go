@@ -439,6 +439,7 @@ func (c *Client) extendLeases(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
+	began := time.Now()
 	rows, err := c.pool.Query(ctx, c.sql.extendLeases, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id)
 	held := map[int64]bool{}
 	if err == nil {
@@ -451,6 +452,7 @@ func (c *Client) extendLeases(ctx context.Context) {
 		return
 	}
 	c.metrics.heartbeats.Inc()
+	c.metrics.heartbeatT.Observe(time.Since(began).Seconds())
 	for _, id := range ids {
 		if !held[id] {
 			if v, ok := c.leases.Load(id); ok {

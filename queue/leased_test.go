@@ -74,6 +74,11 @@ func TestLeasedJobHoldsNoTransaction(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'running' AND lease_expires_at > now()`, r.ID), "lease kept alive")
+	// Each extension is timed too (the histogram is observed right after
+	// the counter is increased).
+	timed := e.metric("pgwake_worker_lease_heartbeat_seconds", nil)
+	require.GreaterOrEqual(t, timed, 3.0)
+	require.LessOrEqual(t, timed, e.metric("pgwake_worker_lease_heartbeats_total", nil))
 	close(release)
 	waitFor(t, 30*time.Second, "job done", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID) == 1 })
 	require.Equal(t, 1, e.effectCounts()[r.ID])

@@ -102,6 +102,7 @@ type metrics struct {
 	deleted     *prometheus.CounterVec
 	rescued     *prometheus.CounterVec
 	heartbeats  prometheus.Counter
+	heartbeatT  prometheus.Histogram
 	paused      *prometheus.GaugeVec
 }
 
@@ -143,6 +144,11 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 			Name: "pgwake_worker_lease_heartbeats_total",
 			Help: "Statements that extended this process's leases (one per LeaseDuration/3 while leased jobs run, whatever their number).",
 		}),
+		heartbeatT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pgwake_worker_lease_heartbeat_seconds",
+			Help:    "Time of each statement that extended this process's leases, from its send to its last row read.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14),
+		}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pgwake_queue_paused",
 			Help: "1 while a queue this process works is paused (PauseQueue, pgwake queues pause), else 0.",
@@ -166,6 +172,9 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := promreg.RegisterAll(reg, &m.heartbeats); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
+	}
+	if err := promreg.RegisterAll(reg, &m.heartbeatT); err != nil {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := promreg.RegisterAll(reg, &m.duration, &m.wait); err != nil {

@@ -380,3 +380,23 @@ func TestConcurrentModeCountsOnlyOnceTheLastJobMayHaveEnded(t *testing.T) {
 	require.False(t, sys.counts[0].Before(sys.lastStart.Add(s.ConcurrentSleep)),
 		"first count %v after the last start, before the sleep of %v", sys.counts[0].Sub(sys.lastStart), s.ConcurrentSleep)
 }
+
+// With a short lease (ConcurrentLease) the concurrent mode's leased jobs are
+// extended while they sleep, and the run reports the heartbeat's
+// statements and their time.
+func TestConcurrentModeReportsTheLeaseHeartbeat(t *testing.T) {
+	s := tiny()
+	s.ConcurrentJobs, s.ConcurrentSleep, s.ConcurrentPool = 50, 900*time.Millisecond, 5
+	s.ConcurrentLease = 300 * time.Millisecond // extended every 100 ms
+	results, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: pgtest.URL(), Sizes: s, Out: &bytes.Buffer{}, Log: &bytes.Buffer{},
+		Modes: []bench.Mode{bench.ModeConcurrent},
+	}, &bench.Pgwake{Leased: true})
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	r := results[0]
+	require.Zero(t, r.Missing)
+	require.Zero(t, r.Duplicates)
+	require.GreaterOrEqual(t, r.Extra["lease_heartbeats"], 3.0, "extras %v", r.Extra)
+	require.Greater(t, r.Extra["lease_heartbeat_ms_total"], 0.0)
+}

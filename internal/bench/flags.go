@@ -38,6 +38,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.IntVar(&s.ConcurrentJobs, "concurrent-jobs", d.ConcurrentJobs, "concurrent: jobs, all allowed to run at once")
 	fs.DurationVar(&s.ConcurrentSleep, "concurrent-sleep", d.ConcurrentSleep, "concurrent: how long each handler sleeps")
 	fs.IntVar(&s.ConcurrentPool, "concurrent-pool", d.ConcurrentPool, "concurrent: connections in the mode's own pool")
+	fs.DurationVar(&s.ConcurrentLease, "concurrent-lease", d.ConcurrentLease, "concurrent: pgwake-leased's LeaseDuration (its heartbeat runs every third of it; 0: the default, 30s)")
 	fs.IntVar(&s.ScheduledJobs, "scheduled-jobs", d.ScheduledJobs, "scheduled: jobs scheduled 1h-7d ahead for the second latency run")
 	fs.IntVar(&s.ScheduledFailed, "scheduled-failed", d.ScheduledFailed, "scheduled: failed jobs kept by retention (finished 1-6 days ago) added for the third latency run (0 skips it)")
 	fs.IntVar(&s.HousekeepingSmall, "housekeeping-small", d.HousekeepingSmall, "housekeeping: finished jobs and events kept, first case")

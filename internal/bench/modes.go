@@ -55,6 +55,10 @@ type Sizes struct {
 	ConcurrentJobs  int
 	ConcurrentSleep time.Duration
 	ConcurrentPool  int
+	// ConcurrentLease, when not zero, is the concurrent mode's lease for a
+	// leasing system (Env.LeaseDuration): a short one makes the heartbeat
+	// run during the jobs, to measure its load. Default 0, the system's own.
+	ConcurrentLease time.Duration
 	// StreamJobs is how many jobs the stream mode drains. Default 50,000.
 	StreamJobs int
 	// ScheduledJobs is how many jobs the scheduled mode's second case
@@ -152,6 +156,9 @@ func (s Sizes) validate() error {
 		if c.v <= 0 {
 			return bad("%s must be positive, got %s", c.name, c.v)
 		}
+	}
+	if s.ConcurrentLease < 0 {
+		return bad("concurrent lease must not be negative, got %s", s.ConcurrentLease)
 	}
 	if s.IdleDuration < s.IdleInterval {
 		return bad("idle duration %s is shorter than the idle interval %s", s.IdleDuration, s.IdleInterval)
@@ -833,7 +840,7 @@ func (rn *runner) concurrent(ctx context.Context) (Result, error) {
 	}
 	defer pool.Close()
 	shared := rn.env
-	rn.env = &Env{Pool: pool, Workers: n, Logf: shared.Logf}
+	rn.env = &Env{Pool: pool, Workers: n, Logf: shared.Logf, LeaseDuration: rn.sizes.ConcurrentLease}
 	defer func() { rn.env = shared }()
 	err = rn.fresh(ctx, func() error {
 		rn.logf("%s: inserting %d jobs that sleep %s", rn.sys.Name(), n, sleep)

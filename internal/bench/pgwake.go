@@ -122,6 +122,7 @@ func (p *Pgwake) config(handle HandleFunc) queue.Config {
 		if handle != nil {
 			cfg.LeasedKinds = []string{BenchKind}
 		}
+		cfg.LeaseDuration = p.env.LeaseDuration // zero: the default
 	}
 	if p.Tune != nil {
 		p.Tune(&cfg)
@@ -213,6 +214,12 @@ func (p *Pgwake) Diagnostics() map[string]float64 {
 	by, _ := promreg.SumBy(p.reg, "pgwake_worker_claims_total", "source") // no figures on error
 	for source, n := range by {
 		out["claims_"+source] = n
+	}
+	// The heartbeat's load: statements that extended the leases, and their
+	// time (send to last row) in all.
+	if n, err := promreg.Sum(p.reg, "pgwake_worker_lease_heartbeat_seconds"); err == nil && n > 0 {
+		sum, _ := promreg.SampleSum(p.reg, "pgwake_worker_lease_heartbeat_seconds")
+		out["lease_heartbeats"], out["lease_heartbeat_ms_total"] = n, sum*1000
 	}
 	return out
 }

@@ -143,6 +143,10 @@ type Env struct {
 	Workers int
 	// Logf receives progress lines (to stderr).
 	Logf func(format string, args ...any)
+	// LeaseDuration, when not zero, is a leasing system's lease (pgwake
+	// extends its leases every third of it); systems without leases ignore
+	// it. Set by the concurrent mode (Sizes.ConcurrentLease).
+	LeaseDuration time.Duration
 }
 
 // HandleFunc is called by a system's handler as its first action, with the

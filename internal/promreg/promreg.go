@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Register registers c with reg, or, when reg already holds an equal
@@ -45,6 +46,14 @@ func Sum(g prometheus.Gatherer, name string, labels ...string) (float64, error) 
 	return sum, err
 }
 
+// SampleSum adds up the sample sums of the histogram family name whose
+// labels include every name/value pair in labels (0 if absent).
+func SampleSum(g prometheus.Gatherer, name string, labels ...string) (float64, error) {
+	var sum float64
+	err := eachMetric(g, name, labels, func(_ map[string]string, m *dto.Metric) { sum += m.GetHistogram().GetSampleSum() })
+	return sum, err
+}
+
 // SumBy is Sum grouped by the value of one label.
 func SumBy(g prometheus.Gatherer, name, label string) (map[string]float64, error) {
 	out := map[string]float64{}
@@ -57,6 +66,12 @@ func SumBy(g prometheus.Gatherer, name, label string) (map[string]float64, error
 }
 
 func each(g prometheus.Gatherer, name string, labels []string, f func(map[string]string, float64)) error {
+	return eachMetric(g, name, labels, func(have map[string]string, m *dto.Metric) {
+		f(have, m.GetCounter().GetValue()+m.GetGauge().GetValue()+float64(m.GetHistogram().GetSampleCount()))
+	})
+}
+
+func eachMetric(g prometheus.Gatherer, name string, labels []string, f func(map[string]string, *dto.Metric)) error {
 	mfs, err := g.Gather()
 	if err != nil {
 		return err
@@ -76,7 +91,7 @@ func each(g prometheus.Gatherer, name string, labels []string, f func(map[string
 					continue metrics
 				}
 			}
-			f(have, m.GetCounter().GetValue()+m.GetGauge().GetValue()+float64(m.GetHistogram().GetSampleCount()))
+			f(have, m)
 		}
 	}
 	return nil
