@@ -162,22 +162,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		m.labels.add(c.cfg)
 		return m, nil
 	}
-	// Several clients may share a registry (the subscriptions of a Watermill
-	// subscriber, a process with more than one Client): they share the
-	// series, which carry the queue as a label.
-	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted, &m.rescued); err != nil {
-		return nil, fmt.Errorf("queue: register metrics: %w", err)
-	}
-	if err := promreg.RegisterAll(reg, &m.paused); err != nil {
-		return nil, fmt.Errorf("queue: register metrics: %w", err)
-	}
-	if err := promreg.RegisterAll(reg, &m.heartbeats); err != nil {
-		return nil, fmt.Errorf("queue: register metrics: %w", err)
-	}
-	if err := promreg.RegisterAll(reg, &m.heartbeatT); err != nil {
-		return nil, fmt.Errorf("queue: register metrics: %w", err)
-	}
-	if err := promreg.RegisterAll(reg, &m.duration, &m.wait); err != nil {
+	if err := m.register(reg); err != nil {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	depth, err := promreg.Register(reg, newDepthCollector(c))
@@ -191,6 +176,26 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 	m.labels = depth.labels
 	m.labels.add(c.cfg)
 	return m, nil
+}
+
+// register registers m's collectors with reg. Several clients may share a
+// registry (the subscriptions of a Watermill subscriber, a process with
+// more than one Client): they share the series, which carry the queue as a
+// label.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if err := promreg.RegisterAll(reg, &m.enqueued, &m.processed, &m.claims, &m.claimErrors, &m.deleted, &m.rescued); err != nil {
+		return err
+	}
+	if err := promreg.RegisterAll(reg, &m.paused); err != nil {
+		return err
+	}
+	if err := promreg.RegisterAll(reg, &m.heartbeats); err != nil {
+		return err
+	}
+	if err := promreg.RegisterAll(reg, &m.heartbeatT); err != nil {
+		return err
+	}
+	return promreg.RegisterAll(reg, &m.duration, &m.wait)
 }
 
 // listenerRegisterer is where the client's own listener registers its
