@@ -1,0 +1,134 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// recorder is a stream's http.ResponseWriter that counts its writes and
+// flushes.
+type recorder struct {
+	mu      sync.Mutex
+	hdr     http.Header
+	body    bytes.Buffer
+	writes  int
+	flushes int
+}
+
+func (r *recorder) Header() http.Header { return r.hdr }
+func (r *recorder) WriteHeader(int)     {}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	return r.body.Write(b)
+}
+
+func (r *recorder) Flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushes++
+}
+
+func (r *recorder) counts() (writes, flushes int, body string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes, r.flushes, r.body.String()
+}
+
+// openFanout opens n streams on a hub that is not reading any database
+// (its deliver is called by the test) and returns their recorders.
+func openFanout(t *testing.T, n int) (*hub, []*recorder) {
+	t.Helper()
+	h := &Handler{hub: newHub(Config{}.withDefaults())}
+	h.hub.ready = true
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var recs []*recorder
+	for range n {
+		rec := &recorder{hdr: http.Header{}}
+		recs = append(recs, rec)
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil)
+		wg.Go(func() { h.events(rec, req) })
+	}
+	pgtest.WaitFor(t, 10*time.Second, "the streams open", func() bool {
+		for _, r := range recs {
+			if _, f, _ := r.counts(); f == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return h.hub, recs
+}
+
+// A read of the event log reaches each stream as one Write and one Flush,
+// whatever the number of events it found, and every stream gets the same
+// bytes (each event encoded once, not once per stream).
+func TestBatchReachesAStreamInOneWrite(t *testing.T) {
+	h, recs := openFanout(t, 10)
+	type before struct{ writes, flushes, size int }
+	var was []before
+	for _, r := range recs {
+		w, f, b := r.counts()
+		was = append(was, before{w, f, len(b)})
+	}
+	at := time.Now()
+	var evs []queue.EventInfo
+	for i := range int64(50) {
+		evs = append(evs, queue.EventInfo{ID: i + 1, JobID: i/2 + 1, Type: queue.EventEnqueued, Queue: "q", Kind: "k", At: at})
+	}
+	require.Equal(t, 50, h.deliver(evs, at))
+	pgtest.WaitFor(t, 10*time.Second, "the batch on every stream", func() bool {
+		for _, r := range recs {
+			if _, _, b := r.counts(); !bytes.Contains([]byte(b), []byte("id: 50\nevent: mark\n")) {
+				return false
+			}
+		}
+		return true
+	})
+	var first string
+	for i, r := range recs {
+		w, f, b := r.counts()
+		require.Equal(t, 1, w-was[i].writes, "stream %d: one write for the batch", i)
+		require.Equal(t, 1, f-was[i].flushes, "stream %d: one flush for the batch", i)
+		got := b[was[i].size:]
+		require.Equal(t, 50, bytes.Count([]byte(got), []byte("event: job\n")))
+		if i == 0 {
+			first = got
+		}
+		require.Equal(t, first, got, "every stream writes the same bytes")
+	}
+}
+
+// The sparkline's latency is the median of its second's jobs, taken when
+// the counters are sent.
+func TestSampleLatencyMedian(t *testing.T) {
+	h := newHub(Config{}.withDefaults())
+	sec := time.Unix(time.Now().Unix(), 0)
+	for i, ms := range []int{30, 10, 20, 50, 40} {
+		id := int64(i + 1)
+		h.sample(queue.EventInfo{JobID: id, Type: queue.EventEnqueued, At: sec})
+		h.sample(queue.EventInfo{JobID: id, Type: queue.EventSucceeded, At: sec.Add(time.Duration(ms) * time.Millisecond)})
+	}
+	h.medians()
+	require.Len(t, h.samples, 1)
+	require.Equal(t, 5, h.samples[0].Succeeded)
+	require.Equal(t, 30.0, h.samples[0].LatencyMS)
+	h.sample(queue.EventInfo{JobID: 9, Type: queue.EventEnqueued, At: sec})
+	h.sample(queue.EventInfo{JobID: 9, Type: queue.EventSucceeded, At: sec.Add(900 * time.Millisecond)})
+	h.medians()
+	require.Equal(t, 40.0, h.samples[0].LatencyMS, "the median of the six, taken again")
+}
