@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -214,4 +215,36 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A stream that does not keep up (its writes block) is dropped once
+// streamBacklog messages (reads of the log, not events) wait for it; the
+// other streams are kept and get every event.
+func TestSlowStreamIsDropped(t *testing.T) {
+	h, recs := openFanout(t, 2)
+	slow := recs[0]
+	slow.mu.Lock() // its next Write blocks until the test ends
+	unblocked := false
+	defer func() {
+		if !unblocked {
+			slow.mu.Unlock()
+		}
+	}()
+	at := time.Now()
+	for i := range int64(streamBacklog + 2) {
+		h.deliver([]queue.EventInfo{{ID: i + 1, JobID: i + 1, Type: queue.EventEnqueued, Queue: "q", Kind: "k", At: at}}, at)
+		if i == 0 {
+			time.Sleep(10 * time.Millisecond) // the slow stream takes the first and blocks on it
+		}
+	}
+	h.mu.Lock()
+	n := len(h.subs)
+	h.mu.Unlock()
+	require.Equal(t, 1, n, "the slow stream was dropped, the other kept")
+	unblocked = true
+	slow.mu.Unlock()
+	pgtest.WaitFor(t, 10*time.Second, "the fast stream has every event", func() bool {
+		_, _, b := recs[1].counts()
+		return bytes.Contains([]byte(b), []byte("id: "+strconv.Itoa(streamBacklog+2)+"\nevent: mark\n"))
+	})
 }

@@ -38,6 +38,12 @@ const trailingRead = 50 * time.Millisecond
 // (a large rolled-back batch) is given up at once.
 const maxGap = 10000
 
+// streamBacklog is the most messages (reads of the event log, counters)
+// queued for a stream; one more and the stream is dropped as too slow (its
+// page reconnects and resumes from the event log). 256 reads is about 6 s
+// of a busy log (a read per 25 ms).
+const streamBacklog = 256
+
 // heartbeatInterval refreshes the watcher row (migration 0015 honours a
 // heartbeat for 60 s).
 const heartbeatInterval = 20 * time.Second
@@ -471,7 +477,7 @@ func (h *hub) broadcast(m message) {
 func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s = &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
+	s = &subscriber{ch: make(chan message, streamBacklog), gone: make(chan struct{})}
 	if h.closed {
 		close(s.gone) // a stream that arrives after Run ended ends too
 		return s, h.low, h.maxSeen, h.stats
