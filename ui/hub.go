@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,17 +38,46 @@ const trailingRead = 50 * time.Millisecond
 // (a large rolled-back batch) is given up at once.
 const maxGap = 10000
 
+// streamBacklog is the most messages (reads of the event log, counters)
+// queued for a stream; one more and the stream is dropped as too slow (its
+// page reconnects and resumes from the event log). 256 reads is about 6 s
+// of a busy log (a read per 25 ms).
+const streamBacklog = 256
+
 // heartbeatInterval refreshes the watcher row (migration 0015 honours a
 // heartbeat for 60 s).
 const heartbeatInterval = 20 * time.Second
 
-// message is one server-sent event.
+// message is what the hub sends every stream at once: the server-sent
+// events of one read of the event log (its job events and the new resume
+// point), or of one counters refresh, framed once for all the streams. A
+// stream writes it with one Write (and flushes once) unless it must leave
+// out job events it replayed itself.
 type message struct {
-	event string
-	id    int64 // the resume point, sent when hasID
-	hasID bool
-	data  []byte
-	evID  int64 // a job message's event id
+	frames []byte     // the events as written on the wire; shared, read-only
+	jobs   []jobFrame // where each job event lies in frames, in order
+}
+
+// jobFrame is one job event of a message: its event id and its bytes,
+// frames[start:end].
+type jobFrame struct {
+	evID       int64
+	start, end int
+}
+
+// appendFrame appends one server-sent event to b: "id: " when hasID,
+// "event: ", "data: " (data holds no newline: JSON from encoding/json).
+func appendFrame(b []byte, event string, id int64, hasID bool, data []byte) []byte {
+	if hasID {
+		b = append(b, "id: "...)
+		b = strconv.AppendInt(b, id, 10)
+		b = append(b, '\n')
+	}
+	b = append(b, "event: "...)
+	b = append(b, event...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
 }
 
 // subscriber is one open event stream.
@@ -79,6 +109,7 @@ type sample struct {
 	Failed    int     `json:"failed"`
 	LatencyMS float64 `json:"latency_ms"` // median enqueue-to-success of the second's jobs; 0: none
 	lat       []float64
+	latStale  bool // lat grew since LatencyMS was taken (at the next counters message)
 }
 
 // statsMessage is the "stats" event's data.
@@ -289,12 +320,14 @@ func (h *hub) tail(ctx context.Context) (int, error) {
 }
 
 // deliver sends the events not delivered yet, each with the resume point
-// valid before it, then a mark with the new resume point.
+// valid before it, then a mark with the new resume point, to every stream
+// as one message: each event is encoded once whatever the number of
+// streams, and each stream gets one message per read of the log.
 func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	prev := h.low
-	n := 0
+	var m message
 	for _, e := range evs {
 		if e.ID <= h.low || h.seen[e.ID] {
 			continue
@@ -309,8 +342,9 @@ func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 		h.maxSeen = max(h.maxSeen, e.ID)
 		h.sample(e)
 		data, _ := json.Marshal(jobEventOf(e))
-		h.broadcast(message{event: "job", id: prev, hasID: true, data: data, evID: e.ID})
-		n++
+		start := len(m.frames)
+		m.frames = appendFrame(m.frames, "job", prev, true, data)
+		m.jobs = append(m.jobs, jobFrame{evID: e.ID, start: start, end: len(m.frames)})
 	}
 	// Give up skipped ids past the timeout: rolled back, or a transaction
 	// open too long (pages show it on reload).
@@ -327,9 +361,12 @@ func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 		h.low++
 	}
 	if h.low != prev {
-		h.broadcast(message{event: "mark", id: h.low, hasID: true, data: []byte("{}")})
+		m.frames = appendFrame(m.frames, "mark", h.low, true, []byte("{}"))
 	}
-	return n
+	if len(m.frames) > 0 {
+		h.broadcast(m)
+	}
+	return len(m.jobs)
 }
 
 // sample counts e into its second's sparkline sample. Held under h.mu.
@@ -369,10 +406,22 @@ func (h *hub) sample(e queue.EventInfo) {
 	s.Succeeded++
 	if t, ok := h.enqAt[e.JobID]; ok {
 		s.lat = append(s.lat, float64(e.At.Sub(t).Microseconds())/1000)
+		s.latStale = true
 		delete(h.enqAt, e.JobID)
-		l := slices.Clone(s.lat)
-		slices.Sort(l)
-		s.LatencyMS = l[len(l)/2]
+	}
+}
+
+// medians sets the latency median of the samples whose latencies grew
+// since the last counters message: once per message, not per event. Held
+// under h.mu.
+func (h *hub) medians() {
+	for i := range h.samples {
+		s := &h.samples[i]
+		if s.latStale {
+			slices.Sort(s.lat)
+			s.LatencyMS = s.lat[len(s.lat)/2]
+			s.latStale = false
+		}
 	}
 }
 
@@ -402,9 +451,10 @@ func (h *hub) refreshStats(ctx context.Context) {
 	h.statsQ++
 	h.lastSt = time.Now()
 	h.stale = false
-	data, _ := json.Marshal(statsMessage{Queues: st, Samples: slices.Clone(h.samples), At: time.Now()})
+	h.medians()
+	data, _ := json.Marshal(statsMessage{Queues: st, Samples: h.samples, At: time.Now()})
 	h.stats = data
-	h.broadcast(message{event: "stats", data: data})
+	h.broadcast(message{frames: appendFrame(nil, "stats", 0, false, data)})
 }
 
 // broadcast sends m to every stream; a stream that fell behind is dropped
@@ -427,7 +477,7 @@ func (h *hub) broadcast(m message) {
 func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s = &subscriber{ch: make(chan message, 4096), gone: make(chan struct{})}
+	s = &subscriber{ch: make(chan message, streamBacklog), gone: make(chan struct{})}
 	if h.closed {
 		close(s.gone) // a stream that arrives after Run ended ends too
 		return s, h.low, h.maxSeen, h.stats

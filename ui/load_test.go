@@ -25,6 +25,7 @@ import (
 
 	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/notify"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
 )
@@ -144,6 +145,38 @@ var benchModes = []benchMode{
 	{"process", "a dashboard and its 10 streams in a process of their own (pgwake ui)", true},
 }
 
+// extraModes are configurations that run only when named in
+// envBenchExtra (comma-separated), to tell apart where the dashboard's cost
+// goes; without it the benchmark runs benchModes alone, as before.
+var extraModes = []benchMode{
+	// PostgreSQL before 19 signals every listening backend of the
+	// database at each NOTIFY, whatever its channel (async.c): a
+	// dashboard's LISTEN connection is woken by each enqueue's wake-up
+	// NOTIFY too.
+	{"listen", "a LISTEN connection on the events channel, no watcher registered, nothing read", false},
+	{"shared", "a dashboard in the worker's process sharing the worker's Listener (one LISTEN per process), 10 streams from another process", true},
+}
+
+// envBenchExtra names the extraModes BenchmarkDashboardLatencyImpact runs
+// too, e.g. PGWAKE_UI_BENCH_EXTRA=listen,shared.
+const envBenchExtra = "PGWAKE_UI_BENCH_EXTRA"
+
+// activeModes is benchModes and the extraModes named in envBenchExtra.
+func activeModes(tb testing.TB) []benchMode {
+	modes := slices.Clone(benchModes)
+	for name := range strings.SplitSeq(os.Getenv(envBenchExtra), ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		i := slices.IndexFunc(extraModes, func(m benchMode) bool { return m.name == name })
+		if i < 0 {
+			tb.Fatalf("%s: no configuration %q", envBenchExtra, name)
+		}
+		modes = append(modes, extraModes[i])
+	}
+	return modes
+}
+
 // BenchmarkDashboardLatencyImpact measures the queue's latency (from the
 // enqueue call to handler start) with and without a dashboard, and the
 // statements the dashboard sends. It runs blocks of blockJobs jobs at
@@ -173,32 +206,33 @@ func BenchmarkDashboardLatencyImpact(b *testing.B) {
 	})
 	blocks := map[string][][]float64{}
 	var sum blockSums
+	modes := activeModes(b)
 	runBlock(b, pool, counter, benchModes[3], &blockSums{}) // warm-up, not counted
 	rounds := 0
 	for b.Loop() {
-		for i := range benchModes {
-			m := benchModes[(i+rounds)%len(benchModes)]
+		for i := range modes {
+			m := modes[(i+rounds)%len(modes)]
 			lat := runBlock(b, pool, counter, m, &sum)
 			blocks[m.name] = append(blocks[m.name], lat)
 		}
 		rounds++
 	}
 	b.StopTimer()
-	reportLatency(b, blocks, rounds)
-	sum.report(b)
+	reportLatency(b, modes, blocks, rounds)
+	sum.report(b, modes)
 }
 
 // reportLatency reports the pooled p99s and the ratios with their
 // intervals, and logs them with what they show.
-func reportLatency(b *testing.B, blocks map[string][][]float64, rounds int) {
+func reportLatency(b *testing.B, modes []benchMode, blocks map[string][][]float64, rounds int) {
 	base := newTails(blocks["without"], blockJobs)
 	all := make([]int, rounds)
 	for i := range all {
 		all[i] = i
 	}
 	b.Logf("%d rounds of %d blocks, %d jobs each at %d/s; 90%% intervals from %d bootstrap resamples of the rounds",
-		rounds, len(benchModes), blockJobs, blockRate, bootstrapN)
-	for _, m := range benchModes {
+		rounds, len(modes), blockJobs, blockRate, bootstrapN)
+	for _, m := range modes {
 		t := newTails(blocks[m.name], blockJobs)
 		p := t.p99(all)
 		b.ReportMetric(p, "p99_ms_"+m.name)
@@ -218,7 +252,7 @@ func reportLatency(b *testing.B, blocks map[string][][]float64, rounds int) {
 			m.name, p, r, lo, hi, targetRatio, v, m.what)
 	}
 	if rounds < minRounds {
-		b.Logf("only %d rounds: a bootstrap of so few understates the spread; use -benchtime 20x (a multiple of %d rounds)", rounds, len(benchModes))
+		b.Logf("only %d rounds: a bootstrap of so few understates the spread; use -benchtime 20x (a multiple of %d rounds)", rounds, len(modes))
 	}
 }
 
@@ -239,8 +273,8 @@ func (s *blockSums) add(mode string, secs float64, st stmtSnap) {
 	s.stmts[mode] = s.stmts[mode].plus(st)
 }
 
-func (s *blockSums) report(b *testing.B) {
-	for _, m := range benchModes {
+func (s *blockSums) report(b *testing.B, modes []benchMode) {
+	for _, m := range modes {
 		secs := s.secs[m.name]
 		if !m.uiCost || secs == 0 {
 			continue
@@ -280,6 +314,7 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	snap := counter.snapshot
 	var notes *atomic.Int64
 	var streams *helper
+	var shared *notify.Listener // the worker's and the dashboard's, in "shared"
 	switch mode.name {
 	case "watcher":
 		require.NoError(b, client.WatchEvents(ctx, "bench"))
@@ -291,6 +326,20 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 		notes = n
 		streams = startHelper(b, envStreamsURL+"="+d.url)
 		defer streams.stop(b, nil)
+	case "listen":
+		l, stopL := startListener(b)
+		defer stopL()
+		unsub, err := l.Subscribe(queue.EventsChannel(schema), func(notify.Event) {})
+		require.NoError(b, err)
+		defer unsub()
+	case "shared":
+		var stopL func()
+		shared, stopL = startListener(b)
+		defer stopL()
+		d := setupMarked(b, ui.Config{Client: client, Listener: shared}, markUI)
+		defer d.stop()
+		streams = startHelper(b, envStreamsURL+"="+d.url)
+		defer streams.stop(b, nil)
 	case "process":
 		h := startHelper(b, envDashboardSchema+"="+schema)
 		defer h.stop(b, nil)
@@ -298,7 +347,7 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	}
 	var mu sync.Mutex
 	lat := make([]float64, 0, blockJobs)
-	worker, err := queue.New(pool, queue.Config{Schema: schema, Logger: zap.NewNop(),
+	worker, err := queue.New(pool, queue.Config{Schema: schema, Logger: zap.NewNop(), Listener: shared,
 		Queues: map[string]queue.QueueConfig{"load": {MaxWorkers: 4}},
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(_ context.Context, _ pgx.Tx, j *queue.Job) error {
 			var p struct {
@@ -345,6 +394,15 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	defer mu.Unlock()
 	require.Len(b, lat, blockJobs, "each job handled once")
 	return slices.Clone(lat)
+}
+
+// startListener runs a notify.Listener of its own until stop.
+func startListener(tb testing.TB) (l *notify.Listener, stop func()) {
+	cc, err := pgx.ParseConfig(pgtest.URL())
+	require.NoError(tb, err)
+	l, err = notify.New(notify.Config{ConnConfig: cc})
+	require.NoError(tb, err)
+	return l, pgtest.RunInBackground(tb, "listener", l.Run)
 }
 
 // produceN enqueues n jobs, one per transaction, at rate per second on

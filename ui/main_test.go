@@ -51,12 +51,16 @@ func setupMarked(t testing.TB, cfg ui.Config, mark func(context.Context) context
 		client, err = queue.New(pool, queue.Config{Schema: schema})
 		require.NoError(t, err)
 	}
-	cc, err := pgx.ParseConfig(pgtest.URL())
-	require.NoError(t, err)
-	l, err := notify.New(notify.Config{ConnConfig: cc})
-	require.NoError(t, err)
-	stopListener := pgtest.RunInBackground(t, "listener", l.Run)
-	cfg.Client, cfg.Listener = client, l
+	stopListener := func() {}
+	if cfg.Listener == nil { // else the caller's, which it runs
+		cc, err := pgx.ParseConfig(pgtest.URL())
+		require.NoError(t, err)
+		l, err := notify.New(notify.Config{ConnConfig: cc})
+		require.NoError(t, err)
+		stopListener = pgtest.RunInBackground(t, "listener", l.Run)
+		cfg.Listener = l
+	}
+	cfg.Client = client
 	h, err := ui.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(h)

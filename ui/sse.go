@@ -55,19 +55,31 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(m message) bool {
-		if m.hasID {
-			_, _ = fmt.Fprintf(w, "id: %d\n", m.id)
-		}
-		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", m.event, m.data)
+	write := func(b []byte) bool {
+		_, err := w.Write(b)
 		return err == nil
 	}
 	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
 	if stats != nil {
-		write(message{event: "stats", data: stats})
+		write(appendFrame(nil, "stats", 0, false, stats))
 	}
 	ctx := r.Context()
 	sent := map[int64]bool{} // replayed ids above the hub's resume point
+	// send writes a message of the hub, leaving out the job events this
+	// stream already has: in one Write when it has none of them.
+	send := func(m message) bool {
+		pos := 0
+		for _, j := range m.jobs {
+			if j.evID > from && !sent[j.evID] {
+				continue
+			}
+			if !write(m.frames[pos:j.start]) {
+				return false
+			}
+			pos = j.end
+		}
+		return pos == len(m.frames) || write(m.frames[pos:])
+	}
 	switch {
 	case resume && from < maxSeen:
 		// Replay what the stream may have missed: every event after from,
@@ -79,29 +91,31 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
+			var frames []byte
 			for _, e := range evs {
 				data, _ := json.Marshal(jobEventOf(e))
-				if !write(message{event: "job", id: max(from, min(e.ID, low)), hasID: true, data: data, evID: e.ID}) {
-					return
-				}
+				frames = appendFrame(frames, "job", max(from, min(e.ID, low)), true, data)
 				if e.ID > low {
 					sent[e.ID] = true
 				}
 				after = e.ID
+			}
+			if !write(frames) {
+				return
 			}
 			n += len(evs)
 			if len(evs) < queue.MaxJobListLimit {
 				break
 			}
 			if n >= maxReplay {
-				write(message{event: "reload", data: []byte("{}")})
+				write(appendFrame(nil, "reload", 0, false, []byte("{}")))
 				fl.Flush()
 				return
 			}
 		}
-		write(message{event: "mark", id: max(from, low), hasID: true, data: []byte("{}")})
+		write(appendFrame(nil, "mark", max(from, low), true, []byte("{}")))
 	case !resume:
-		write(message{event: "mark", id: low, hasID: true, data: []byte("{}")})
+		write(appendFrame(nil, "mark", low, true, []byte("{}")))
 	case resume && from > maxSeen:
 		from = low // a resume point from another process or before a restart
 	}
@@ -119,10 +133,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case m := <-sub.ch:
-			if m.event == "job" && (m.evID <= from || sent[m.evID]) {
-				continue
-			}
-			if !write(m) {
+			if !send(m) {
 				return
 			}
 		}
@@ -130,10 +141,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		for more := true; more; {
 			select {
 			case m := <-sub.ch:
-				if m.event == "job" && (m.evID <= from || sent[m.evID]) {
-					continue
-				}
-				if !write(m) {
+				if !send(m) {
 					return
 				}
 			default:
