@@ -645,20 +645,17 @@ func completionPlans(t *testing.T, handle func(context.Context, pgx.Tx) error) (
 	return custom, generic
 }
 
-// Leased successes that arrive together, as many as a full group, are
-// written at once: the first does not wait out the linger for others (here
-// a minute) when the group is full already.
-func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
-	t.Parallel()
-	const jobs = 100 // completionGroupFull
-	var started atomic.Int64
-	release := make(chan struct{})
-	e := newEnvOwnPool(t, 20, queue.Config{
-		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: jobs}},
+// togetherEnv is a leased client (a 20-connection pool of its own, workers
+// slots) whose kind "k" handlers all return once jobs of them have started;
+// release is closed then. enqueueTogether enqueues the jobs.
+func togetherEnv(t *testing.T, jobs, workers int) (e *env, release chan struct{}, started *atomic.Int64) {
+	started, release = new(atomic.Int64), make(chan struct{})
+	e = newEnvOwnPool(t, 20, queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: workers}},
 		LeasedKinds:    []string{"k"},
 		AllowSmallPool: true,
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
-			if started.Add(1) == jobs {
+			if started.Add(1) == int64(jobs) {
 				close(release)
 			}
 			select {
@@ -669,13 +666,27 @@ func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
 			}
 		})},
 	})
-	queue.SetCompletionLinger(e.c, time.Minute)
+	return e, release, started
+}
+
+func enqueueTogether(t *testing.T, e *env, jobs int) {
 	nj := make([]queue.NewJob, jobs)
 	for i := range nj {
 		nj[i] = queue.NewJob{Kind: "k"}
 	}
 	_, err := e.c.EnqueueMany(context.Background(), nj)
 	require.NoError(t, err)
+}
+
+// Leased successes that arrive together, as many as a full group, are
+// written at once: the first does not wait out the linger for others (here
+// a minute) when the group is full already.
+func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
+	t.Parallel()
+	const jobs = 100 // completionGroupFull
+	e, _, _ := togetherEnv(t, jobs, jobs)
+	queue.SetCompletionLinger(e.c, time.Minute)
+	enqueueTogether(t, e, jobs)
 	e.run()
 	waitFor(t, 20*time.Second, "every job succeeded", func() bool { return e.count(`state = 'succeeded'`) == jobs })
 }
@@ -686,31 +697,9 @@ func TestLeasedSuccessesFillingAGroupAreWrittenWithoutTheLinger(t *testing.T) {
 func TestLeasedClaimWithAFullClaimsSlotsFreeDoesNotWait(t *testing.T) {
 	t.Parallel()
 	const jobs = 1100
-	var started atomic.Int64
-	release := make(chan struct{})
-	e := newEnvOwnPool(t, 20, queue.Config{
-		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 1600}},
-		LeasedKinds:    []string{"k"},
-		AllowSmallPool: true,
-		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
-			if started.Add(1) == jobs {
-				close(release)
-			}
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})},
-	})
+	e, release, started := togetherEnv(t, jobs, 1600)
 	sig := queue.EnableTestSignals(e.c)
-	nj := make([]queue.NewJob, jobs)
-	for i := range nj {
-		nj[i] = queue.NewJob{Kind: "k"}
-	}
-	_, err := e.c.EnqueueMany(context.Background(), nj)
-	require.NoError(t, err)
+	enqueueTogether(t, e, jobs)
 	e.run()
 	select {
 	case <-release:
