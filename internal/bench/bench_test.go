@@ -267,6 +267,7 @@ func TestBadOptionsAreRejectedBeforeAnyWork(t *testing.T) {
 		"producer": {Sizes: bench.Sizes{Producers: -1}},
 		"idle":     {Sizes: bench.Sizes{IdleInterval: time.Second, IdleDuration: time.Millisecond}},
 		"url":      {DatabaseURL: "postgres://a b"},
+		"lease":    {Sizes: bench.Sizes{ConcurrentLease: 50 * time.Millisecond}},
 	} {
 		o.Out, o.Log = &bytes.Buffer{}, &bytes.Buffer{}
 		_, err := bench.Run(context.Background(), o, &bench.Pgwake{})

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/queue"
 )
 
 // Sizes are the modes' parameters. The zero value of a field means its
@@ -157,8 +158,8 @@ func (s Sizes) validate() error {
 			return bad("%s must be positive, got %s", c.name, c.v)
 		}
 	}
-	if s.ConcurrentLease < 0 {
-		return bad("concurrent lease must not be negative, got %s", s.ConcurrentLease)
+	if s.ConcurrentLease != 0 && s.ConcurrentLease < queue.MinLeaseDuration {
+		return bad("concurrent lease must be 0 (the default) or at least %s, got %s", queue.MinLeaseDuration, s.ConcurrentLease)
 	}
 	if s.IdleDuration < s.IdleInterval {
 		return bad("idle duration %s is shorter than the idle interval %s", s.IdleDuration, s.IdleInterval)
