@@ -374,14 +374,12 @@ func (c *Client) claimHead(queue string, n, leasedN int) (plain bool, stmt strin
 func (c *Client) primeClaims(ctx context.Context, conn *pgx.Conn) error {
 	_, head, headArgs := c.claimHead("", 1, 1)
 	pb := &pgx.Batch{}
-	pb.Queue("BEGIN")
 	pb.Queue(genericPlan)
 	pb.Queue(c.sql.claimOne, "")
 	pb.Queue(head, headArgs...)
 	pb.Queue(c.sql.next, "")
 	pb.Queue(c.sql.recordStarts, []int64{}, "", []int32{}, int32(0), c.id, int16(isolationNone))
-	pb.Queue("ROLLBACK")
-	return conn.SendBatch(ctx, pb).Close()
+	return rolledBack(ctx, conn, pb)
 }
 
 // nextDue returns the time of queue's earliest delayed job (zero if none),

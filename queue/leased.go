@@ -263,11 +263,7 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 		// On its generic plan, as the grouped completion (flush), and
 		// the handler's setting back before the commit.
 		marked := map[int64]bool{}
-		pb := &pgx.Batch{}
-		pb.Queue(genericPlan)
-		pb.Queue(c.sql.succeedLeased, []int64{j.ID}, []int32{int32(j.Attempt)}, c.id).Query(func(rows pgx.Rows) error {
-			return collectIDs(rows, marked)
-		})
+		pb := c.succeedBatch([]int64{j.ID}, []int32{int32(j.Attempt)}, marked)
 		pb.Queue(genericPlanEnd)
 		err = jtx.tx.SendBatch(ctx, pb).Close()
 		ok = marked[j.ID]
@@ -371,6 +367,15 @@ func (cp *completer) complete(ctx context.Context, c *Client, id int64, attempt 
 	return me.ok, me.err
 }
 
+// succeedBatch is the leased completion of ids (attempts) on its generic
+// plan (genericPlan, see flush), marking in marked the ids it moved.
+func (c *Client) succeedBatch(ids []int64, attempts []int32, marked map[int64]bool) *pgx.Batch {
+	pb := &pgx.Batch{}
+	pb.Queue(genericPlan)
+	pb.Queue(c.sql.succeedLeased, ids, attempts, c.id).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
+	return pb
+}
+
 // flush writes batch in one statement and hands each its result. The
 // statement runs with its generic plan (genericPlan, in the same implicit
 // transaction): the custom plans PostgreSQL makes for its first executions on
@@ -385,10 +390,7 @@ func (cp *completer) flush(ctx context.Context, c *Client, batch []*completion) 
 		ids[i], attempts[i] = cm.id, cm.attempt
 	}
 	marked := map[int64]bool{}
-	pb := &pgx.Batch{}
-	pb.Queue(genericPlan)
-	pb.Queue(c.sql.succeedLeased, ids, attempts, c.id).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
-	err := c.pool.SendBatch(ctx, pb).Close()
+	err := c.pool.SendBatch(ctx, c.succeedBatch(ids, attempts, marked)).Close()
 	for _, cm := range batch {
 		cm.ok, cm.err = marked[cm.id], err
 		close(cm.done)

@@ -115,7 +115,6 @@ func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn, warmer int)
 	}
 	lease := float64(c.cfg.LeaseDuration.Microseconds())
 	pb := &pgx.Batch{}
-	pb.Queue("BEGIN")
 	for q := range c.loops {
 		for range planWarmups {
 			pb.Queue(c.sql.claimLeased, q, lease, c.id, c.leasedKinds, 1)
@@ -123,15 +122,26 @@ func (c *Client) warmStatements(ctx context.Context, conn *pgx.Conn, warmer int)
 		pb.Queue(c.sql.setWaiter, q, c.id+"/warm-up/"+strconv.Itoa(warmer), true)
 		pb.Queue(c.sql.idleBarrier, q)
 	}
-	// The grouped completion runs with its generic plan (flush): plan it.
-	pb.Queue(genericPlan)
-	pb.Queue(c.sql.succeedLeased, []int64{}, []int32{}, c.id)
-	pb.Queue("ROLLBACK")
-	if err := conn.SendBatch(ctx, pb).Close(); err != nil {
+	// The grouped completion runs with its generic plan (flush): plan it,
+	// last, so that the setting does not reach the claims above.
+	done := c.succeedBatch([]int64{}, []int32{}, map[int64]bool{})
+	pb.QueuedQueries = append(pb.QueuedQueries, done.QueuedQueries...)
+	if err := rolledBack(ctx, conn, pb); err != nil {
 		c.log.Debug("could not ready a connection's leased statements", zap.Error(err))
 	}
+}
+
+// rolledBack runs pb's statements on conn in one round trip, in a
+// transaction it rolls back (also when one of them failed).
+func rolledBack(ctx context.Context, conn *pgx.Conn, pb *pgx.Batch) error {
+	tx := &pgx.Batch{}
+	tx.Queue("BEGIN")
+	tx.QueuedQueries = append(tx.QueuedQueries, pb.QueuedQueries...)
+	tx.Queue("ROLLBACK")
+	err := conn.SendBatch(ctx, tx).Close()
 	if conn.PgConn().TxStatus() != 'I' {
 		// Failed before its ROLLBACK.
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 	}
+	return err
 }
