@@ -128,3 +128,25 @@ func TestOneJobEnqueueTakenIDRaises(t *testing.T) {
 		require.Equal(t, []bool{i == 1}, dups)
 	}
 }
+
+// An enqueue of more jobs (or of one with a unique key) still inserts with
+// ON CONFLICT DO NOTHING: when the jobs' sequence hands out taken ids it
+// tries again, and after five rounds raises 40001 as before migration 0020
+// (docs/sql.md's 23505 row).
+func TestManyJobEnqueueTakenIDsRaiseSerializationFailure(t *testing.T) {
+	t.Parallel()
+	pool, schema := migratedSchema(t)
+	ctx := context.Background()
+	q := sqlident.Quote(schema)
+	var first int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT e.ids[1] FROM `+q+`.enqueue_jobs(pg_catalog.array_fill('k'::text, ARRAY[40])) e`).Scan(&first))
+	var err error
+	for _, call := range []string{`ARRAY['k', 'k']::text[]`, `ARRAY['k']::text[], unique_keys => ARRAY['u']::text[]`} {
+		_, err = pool.Exec(ctx, `SELECT pg_catalog.setval($1::regclass, $2, false)`, schema+".jobs_id_seq", first)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT `+q+`.enqueue_jobs(`+call+`)`)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: %v", call, err)
+		require.Equal(t, "40001", pgErr.Code, "%s: %v", call, err)
+	}
+}
