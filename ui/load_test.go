@@ -639,6 +639,17 @@ func (h *helper) stop(tb testing.TB, toStream *[]float64) {
 // either variable (every ordinary test run) it is skipped.
 func TestDashboardProcess(t *testing.T) {
 	url, schema := os.Getenv(envStreamsURL), os.Getenv(envDashboardSchema)
+	if load := loadSchema(); load != "" {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); runLoad(t, load, stop) }()
+		fmt.Println(streamsReady)
+		for in := bufio.NewScanner(os.Stdin); in.Scan(); {
+			fmt.Println(snapLine + "{}")
+		}
+		close(stop)
+		<-done
+		return
+	}
 	if url == "" && schema == "" {
 		t.Skip("run by BenchmarkDashboardLatencyImpact")
 	}
