@@ -22,14 +22,18 @@ import (
 const gapTimeout = 10 * time.Second
 
 // tailMinInterval is the least time between two reads of the event log:
-// the notifications of a burst of transactions share one read.
-const tailMinInterval = 25 * time.Millisecond
+// the notifications of a burst of transactions share one read. At 200
+// jobs/s a read every 25 ms sent 35-40 reads a second and as many writes
+// (and flushes) to each stream; 50 ms halves both and keeps an event's
+// wait for the next read well under the 250 ms the pages promise.
+const tailMinInterval = 50 * time.Millisecond
 
 // trailingRead is how long after a read prompted by a notification, or one
 // that found events, the feed reads again if nothing prompted a read
 // meanwhile. Migration 0017 notifies at most once per 25 ms: a transaction
 // that commits within 25 ms after a notified one sends none, and this read
-// shows it (as long as its commit took at most the other 25 ms). While
+// shows it (as long as its commit took at most the other 25 ms). It is no
+// shorter than tailMinInterval, which would hold it back anyway. While
 // reads find events the feed keeps reading; once one finds none it waits
 // for the next notification.
 const trailingRead = 50 * time.Millisecond
@@ -196,7 +200,7 @@ func (h *hub) run(ctx context.Context) error {
 	h.low, h.maxSeen, h.ready = last, last, true
 	h.mu.Unlock()
 	h.startOnce.Do(func() { close(h.start) })
-	h.refreshStats(ctx)
+	h.refreshStats(ctx, time.Now())
 
 	heartbeat := time.NewTicker(heartbeatInterval)
 	defer heartbeat.Stop()
@@ -209,8 +213,11 @@ func (h *hub) run(ctx context.Context) error {
 	trailing := time.NewTimer(trailingRead)
 	trailing.Stop()
 	defer trailing.Stop()
+	wait := time.NewTimer(tailMinInterval) // reused: no timer made per read
+	wait.Stop()
+	defer wait.Stop()
 	for {
-		notified := false
+		notified, withStats := false, false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -221,13 +228,19 @@ func (h *hub) run(ctx context.Context) error {
 			continue
 		case <-refresh.C:
 			// A missed notification costs at most this long.
-			h.refreshStats(ctx)
+			withStats = true
 		case <-statsTimer:
 			statsTimer = nil
-			h.refreshStats(ctx)
-			continue
+			if time.Since(lastTail) < tailMinInterval {
+				// A read now would wait: the counters go alone, not later.
+				h.refreshStats(ctx, time.Now())
+				continue
+			}
+			// The counters ride on a read of the log: one message (one
+			// write and one flush per stream) for both.
+			withStats = true
 		case <-h.statsKick:
-			h.refreshStats(ctx)
+			h.refreshStats(ctx, time.Now())
 			continue
 		case <-gapCheck.C:
 			h.mu.Lock()
@@ -242,10 +255,11 @@ func (h *hub) run(ctx context.Context) error {
 		}
 		// Notifications in a burst share one read.
 		if d := tailMinInterval - time.Since(lastTail); d > 0 {
+			wait.Reset(d)
 			select {
 			case <-ctx.Done():
 				continue
-			case <-time.After(d):
+			case <-wait.C:
 			}
 			select {
 			case <-h.kick:
@@ -254,24 +268,29 @@ func (h *hub) run(ctx context.Context) error {
 			}
 		}
 		lastTail = time.Now()
-		n, err := h.tail(ctx)
+		evs, err := h.tail(ctx)
+		n := len(evs)
 		if notified || n > 0 {
 			trailing.Reset(trailingRead)
 		}
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("reading the event log failed", zap.Error(err))
-			}
-			continue
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn("reading the event log failed", zap.Error(err))
 		}
-		if n > 0 && statsTimer == nil {
-			wait := h.cfg.StatsMinInterval - time.Since(h.lastStatsAt())
-			if wait <= 0 {
-				h.refreshStats(ctx)
-			} else {
-				statsTimer = time.After(wait)
+		if (n > 0 || statsTimer != nil) && !withStats {
+			// Counters are owed: sent with this read once due (measured
+			// from the start of the read that carried the last ones, so a
+			// read every tailMinInterval carries them every other time).
+			if d := h.cfg.StatsMinInterval - time.Since(h.lastStatsAt()); d <= 0 {
+				withStats, statsTimer = true, nil
+			} else if statsTimer == nil {
+				statsTimer = time.After(d)
 			}
 		}
+		var st []queue.QueueStat
+		if withStats {
+			st, withStats = h.readStats(ctx, lastTail)
+		}
+		h.publish(evs, time.Now(), st, withStats)
 	}
 }
 
@@ -281,10 +300,8 @@ func (h *hub) lastStatsAt() time.Time {
 	return h.lastSt
 }
 
-// tail reads the events after the highest id seen and the skipped ids,
-// delivers the new ones and advances the resume point. It returns how many
-// it delivered.
-func (h *hub) tail(ctx context.Context) (int, error) {
+// tail reads the events after the highest id seen and the skipped ids.
+func (h *hub) tail(ctx context.Context) ([]queue.EventInfo, error) {
 	h.mu.Lock()
 	after := h.maxSeen
 	var missing []int64
@@ -297,7 +314,7 @@ func (h *hub) tail(ctx context.Context) (int, error) {
 	for {
 		page, err := h.client.EventsAfter(ctx, after, queue.MaxJobListLimit)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		evs = append(evs, page...)
 		if len(page) < queue.MaxJobListLimit {
@@ -312,20 +329,41 @@ func (h *hub) tail(ctx context.Context) (int, error) {
 		}
 		late, err := h.client.EventsByID(ctx, missing)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		evs = append(evs, late...)
 	}
-	return h.deliver(evs, time.Now()), nil
+	return evs, nil
 }
 
-// deliver sends the events not delivered yet, each with the resume point
-// valid before it, then a mark with the new resume point, to every stream
-// as one message: each event is encoded once whatever the number of
-// streams, and each stream gets one message per read of the log.
+// deliver sends the events not delivered yet to every stream and returns
+// how many.
 func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
+	return h.publish(evs, now, nil, false)
+}
+
+// publish sends every stream one message: the events of evs not delivered
+// yet, each with the resume point valid before it, then a mark with the
+// new resume point, then (withStats) the counters st. Each event is
+// encoded once whatever the number of streams, and each stream gets one
+// message (one write and flush) per read of the log, counters included.
+// It returns how many events it sent.
+func (h *hub) publish(evs []queue.EventInfo, now time.Time, st []queue.QueueStat, withStats bool) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	m := h.collect(evs, now)
+	if withStats {
+		m.frames = h.appendStats(m.frames, st)
+	}
+	if len(m.frames) > 0 {
+		h.broadcast(m)
+	}
+	return len(m.jobs)
+}
+
+// collect frames the events of evs not delivered yet and advances the
+// resume point. Held under h.mu.
+func (h *hub) collect(evs []queue.EventInfo, now time.Time) message {
 	prev := h.low
 	var m message
 	for _, e := range evs {
@@ -363,10 +401,7 @@ func (h *hub) deliver(evs []queue.EventInfo, now time.Time) int {
 	if h.low != prev {
 		m.frames = appendFrame(m.frames, "mark", h.low, true, []byte("{}"))
 	}
-	if len(m.frames) > 0 {
-		h.broadcast(m)
-	}
-	return len(m.jobs)
+	return m
 }
 
 // sample counts e into its second's sparkline sample. Held under h.mu.
@@ -425,11 +460,19 @@ func (h *hub) medians() {
 	}
 }
 
-// refreshStats reads the counters and pushes them to every stream. With
-// no stream open it reads nothing (a dashboard nobody looks at costs no
-// QueueStats) and marks the counters stale; the next stream to open asks
-// for a read.
-func (h *hub) refreshStats(ctx context.Context) {
+// refreshStats reads the counters and pushes them to every stream; at is
+// when the refresh started.
+func (h *hub) refreshStats(ctx context.Context, at time.Time) {
+	if st, ok := h.readStats(ctx, at); ok {
+		h.publish(nil, time.Now(), st, true)
+	}
+}
+
+// readStats reads the counters. With no stream open it reads nothing (a
+// dashboard nobody looks at costs no QueueStats) and marks the counters
+// stale; the next stream to open asks for a read. It reports whether it
+// read them; at (when the refresh started) is then the last refresh's.
+func (h *hub) readStats(ctx context.Context, at time.Time) ([]queue.QueueStat, bool) {
 	h.mu.Lock()
 	idle := len(h.subs) == 0
 	if idle {
@@ -437,24 +480,30 @@ func (h *hub) refreshStats(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	if idle {
-		return
+		return nil, false
 	}
 	st, err := h.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit})
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn("reading queue stats failed", zap.Error(err))
 		}
-		return
+		return nil, false
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.lastSt = at
+	h.mu.Unlock()
+	return st, true
+}
+
+// appendStats appends to b the "stats" event of the counters st and the
+// sparkline, and keeps it for the streams that open next. Held under h.mu.
+func (h *hub) appendStats(b []byte, st []queue.QueueStat) []byte {
 	h.statsQ++
-	h.lastSt = time.Now()
 	h.stale = false
 	h.medians()
 	data, _ := json.Marshal(statsMessage{Queues: st, Samples: h.samples, At: time.Now()})
 	h.stats = data
-	h.broadcast(message{frames: appendFrame(nil, "stats", 0, false, data)})
+	return appendFrame(b, "stats", 0, false, data)
 }
 
 // broadcast sends m to every stream; a stream that fell behind is dropped
