@@ -58,6 +58,11 @@ func readProcStats() procStats {
 		Created: s[4].Value.Uint64(), Runnable: runnable}
 }
 
+func (a procStats) plus(b procStats) procStats {
+	return procStats{CPU: a.CPU + b.CPU, GCCPU: a.GCCPU + b.GCCPU, GCs: a.GCs + b.GCs, Allocs: a.Allocs + b.Allocs,
+		Bytes: a.Bytes + b.Bytes, Created: a.Created + b.Created, Runnable: a.Runnable + b.Runnable}
+}
+
 func (a procStats) minus(b procStats) procStats {
 	return procStats{CPU: a.CPU - b.CPU, GCCPU: a.GCCPU - b.GCCPU, GCs: a.GCs - b.GCs, Allocs: a.Allocs - b.Allocs,
 		Bytes: a.Bytes - b.Bytes, Created: a.Created - b.Created, Runnable: a.Runnable - b.Runnable}
@@ -110,9 +115,9 @@ func BenchmarkDashboardCost(b *testing.B) {
 	b.ReportMetric(float64(p.Bytes)/1024/secs, "KiB/s")
 	b.ReportMetric(float64(p.Allocs)/max(events, 1), "allocs/event")
 	b.ReportMetric(float64(p.Created)/secs, "goroutines/s")
-	b.ReportMetric(float64(p.Runnable)/secs, "sched-samples/s")
 	b.ReportMetric(events/secs, "events/s")
 	b.ReportMetric(float64(st.N)/secs, "stmts/s")
+	b.ReportMetric(float64(st.Dur.Microseconds())/1000/secs, "stmt-ms/s")
 	for _, q := range st.top(6) {
 		b.Logf("%6.1f/s %6.1f ms/s  %s", float64(st.BySQL[q])/secs, float64(st.DurSQL[q].Microseconds())/1000/secs, q)
 	}

@@ -263,6 +263,22 @@ type blockSums struct {
 	stmts    map[string]stmtSnap
 	notifies float64
 	toStream []float64
+	// Every configuration: its seconds, and what the benchmark's process
+	// (the worker's and the producer's, and in "with" and "shared" the
+	// dashboard's) spent in them.
+	procSecs map[string]float64
+	proc     map[string]procStats
+	readers  map[string]time.Duration // CPU of the streams' process ("with", "shared")
+}
+
+// addProc adds a block's seconds and its process's spending.
+func (s *blockSums) addProc(mode string, secs float64, p procStats, readers time.Duration) {
+	if s.procSecs == nil {
+		s.procSecs, s.proc, s.readers = map[string]float64{}, map[string]procStats{}, map[string]time.Duration{}
+	}
+	s.procSecs[mode] += secs
+	s.proc[mode] = s.proc[mode].plus(p)
+	s.readers[mode] += readers
 }
 
 func (s *blockSums) add(mode string, secs float64, st stmtSnap) {
@@ -274,6 +290,27 @@ func (s *blockSums) add(mode string, secs float64, st stmtSnap) {
 }
 
 func (s *blockSums) report(b *testing.B, modes []benchMode) {
+	for _, m := range modes {
+		secs := s.procSecs[m.name]
+		if secs == 0 {
+			continue
+		}
+		p := s.proc[m.name]
+		b.ReportMetric(float64(p.CPU.Microseconds())/1000/secs, "cpu_ms/s_"+m.name)
+		b.ReportMetric(float64(p.GCs)/secs, "gc/s_"+m.name)
+		line := fmt.Sprintf("%-8s the worker's process used %.1f ms/s of CPU, %.2f GC cycles/s", m.name,
+			float64(p.CPU.Microseconds())/1000/secs, float64(p.GCs)/secs)
+		if r := s.readers[m.name]; r > 0 {
+			b.ReportMetric(float64(r.Microseconds())/1000/secs, m.name+"_readers_cpu_ms/s")
+			line += fmt.Sprintf("; the 10 streams' readers %.1f ms/s", float64(r.Microseconds())/1000/secs)
+		}
+		if m.name == "process" {
+			d := s.stmts[m.name].CPU
+			b.ReportMetric(float64(d.Microseconds())/1000/s.secs[m.name], "process_dashboard_cpu_ms/s")
+			line += fmt.Sprintf("; the dashboard's process (its 10 readers included) %.1f ms/s", float64(d.Microseconds())/1000/s.secs[m.name])
+		}
+		b.Log(line)
+	}
 	for _, m := range modes {
 		secs := s.secs[m.name]
 		if !m.uiCost || secs == 0 {
@@ -366,6 +403,11 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	defer stop()
 	time.Sleep(blockSettle)
 
+	var readers0 stmtSnap
+	if streams != nil {
+		readers0 = streams.snap(b)
+	}
+	p0 := readProcStats()
 	before, start := snap(), time.Now()
 	var notesBefore int64
 	if notes != nil {
@@ -381,6 +423,11 @@ func runBlock(b *testing.B, pool *pgxpool.Pool, counter *stmtCounter, mode bench
 	if mode.uiCost {
 		sum.add(mode.name, secs, snap().minus(before))
 	}
+	var readers time.Duration
+	if streams != nil {
+		readers = streams.snap(b).minus(readers0).CPU
+	}
+	sum.addProc(mode.name, secs, readProcStats().minus(p0), readers)
 	if notes != nil {
 		sum.notifies += float64(notes.Load() - notesBefore)
 	}
@@ -428,13 +475,16 @@ func markUI(ctx context.Context) context.Context { return context.WithValue(ctx,
 // marked context (or all of them), their time from send to result, and
 // their number by the statement's first words.
 type stmtCounter struct {
-	all bool
-	mu  sync.Mutex
-	s   stmtSnap
+	all   bool
+	mu    sync.Mutex
+	s     stmtSnap
+	heads sync.Map // SQL -> sqlHead(SQL): the tracer's own cost kept small
 }
 
-// stmtSnap is what a stmtCounter counted.
+// stmtSnap is what a stmtCounter counted, and its process's CPU time
+// (getrusage) when taken.
 type stmtSnap struct {
+	CPU    time.Duration
 	N      int64
 	Dur    time.Duration
 	BySQL  map[string]int64
@@ -442,7 +492,7 @@ type stmtSnap struct {
 }
 
 func (a stmtSnap) plus(b stmtSnap) stmtSnap {
-	r := stmtSnap{N: a.N + b.N, Dur: a.Dur + b.Dur, BySQL: map[string]int64{}, DurSQL: map[string]time.Duration{}}
+	r := stmtSnap{CPU: a.CPU + b.CPU, N: a.N + b.N, Dur: a.Dur + b.Dur, BySQL: map[string]int64{}, DurSQL: map[string]time.Duration{}}
 	for _, x := range []stmtSnap{a, b} {
 		for k, v := range x.BySQL {
 			r.BySQL[k] += v
@@ -453,7 +503,7 @@ func (a stmtSnap) plus(b stmtSnap) stmtSnap {
 }
 
 func (a stmtSnap) minus(b stmtSnap) stmtSnap {
-	r := stmtSnap{N: a.N - b.N, Dur: a.Dur - b.Dur, BySQL: maps.Clone(a.BySQL), DurSQL: maps.Clone(a.DurSQL)}
+	r := stmtSnap{CPU: a.CPU - b.CPU, N: a.N - b.N, Dur: a.Dur - b.Dur, BySQL: maps.Clone(a.BySQL), DurSQL: maps.Clone(a.DurSQL)}
 	for k, v := range b.BySQL {
 		r.BySQL[k] -= v
 		r.DurSQL[k] -= b.DurSQL[k]
@@ -481,7 +531,11 @@ func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 	if !c.all && ctx.Value(uiMark{}) == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, stmtStart{}, stmtStart{at: time.Now(), sql: sqlHead(d.SQL)})
+	head, ok := c.heads.Load(d.SQL)
+	if !ok {
+		head, _ = c.heads.LoadOrStore(d.SQL, sqlHead(d.SQL))
+	}
+	return context.WithValue(ctx, stmtStart{}, stmtStart{at: time.Now(), sql: head.(string)})
 }
 
 func (c *stmtCounter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
@@ -501,7 +555,7 @@ func (c *stmtCounter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 func (c *stmtCounter) snapshot() stmtSnap {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return stmtSnap{N: c.s.N, Dur: c.s.Dur, BySQL: maps.Clone(c.s.BySQL), DurSQL: maps.Clone(c.s.DurSQL)}
+	return stmtSnap{CPU: readProcStats().CPU, N: c.s.N, Dur: c.s.Dur, BySQL: maps.Clone(c.s.BySQL), DurSQL: maps.Clone(c.s.DurSQL)}
 }
 
 // quotedName is a quoted identifier followed by a dot: a schema.
