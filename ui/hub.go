@@ -379,9 +379,8 @@ func (h *hub) collect(evs []queue.EventInfo, now time.Time) message {
 		h.seen[e.ID] = true
 		h.maxSeen = max(h.maxSeen, e.ID)
 		h.sample(e)
-		data, _ := json.Marshal(jobEventOf(e))
 		start := len(m.frames)
-		m.frames = appendFrame(m.frames, "job", prev, true, data)
+		m.frames = appendJobFrame(m.frames, prev, e)
 		m.jobs = append(m.jobs, jobFrame{evID: e.ID, start: start, end: len(m.frames)})
 	}
 	// Give up skipped ids past the timeout: rolled back, or a transaction

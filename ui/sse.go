@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -93,8 +92,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 			var frames []byte
 			for _, e := range evs {
-				data, _ := json.Marshal(jobEventOf(e))
-				frames = appendFrame(frames, "job", max(from, min(e.ID, low)), true, data)
+				frames = appendJobFrame(frames, max(from, min(e.ID, low)), e)
 				if e.ID > low {
 					sent[e.ID] = true
 				}
