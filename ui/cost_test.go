@@ -124,27 +124,33 @@ func BenchmarkDashboardCost(b *testing.B) {
 }
 
 // runLoad runs a worker and a producer of blockRate jobs per second on
-// schema until stop is closed (TestDashboardProcess with envLoadSchema).
-func runLoad(t *testing.T, schema string, stop <-chan struct{}) {
-	pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
+// schema (through pool) until stop is closed (TestDashboardProcess with
+// envLoadSchema). It returns the first error.
+func runLoad(t *testing.T, pool *pgxpool.Pool, schema string, stop <-chan struct{}) error {
 	client, err := queue.New(pool, queue.Config{Schema: schema})
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	worker, err := queue.New(pool, queue.Config{Schema: schema, Logger: zap.NewNop(),
 		Queues:   map[string]queue.QueueConfig{"load": {MaxWorkers: 4}},
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })}})
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	stopWorker := pgtest.RunInBackground(t, "worker", worker.Run)
 	defer stopWorker()
 	begin := time.Now()
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
-			return
+			return nil
 		default:
 		}
 		time.Sleep(time.Until(begin.Add(time.Duration(float64(i) * float64(time.Second) / blockRate))))
 		_, err := client.Enqueue(context.Background(), queue.NewJob{Queue: "load", Kind: "k", Payload: map[string]int64{"at": time.Now().UnixNano()}})
-		require.NoError(t, err)
+		if err != nil {
+			return err
+		}
 	}
 }
 

@@ -694,14 +694,15 @@ func (h *helper) stop(tb testing.TB, toStream *[]float64) {
 func TestDashboardProcess(t *testing.T) {
 	url, schema := os.Getenv(envStreamsURL), os.Getenv(envDashboardSchema)
 	if load := loadSchema(); load != "" {
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() { defer close(done); runLoad(t, load, stop) }()
+		pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
+		stop, done := make(chan struct{}), make(chan error, 1)
+		go func() { done <- runLoad(t, pool, load, stop) }()
 		fmt.Println(streamsReady)
 		for in := bufio.NewScanner(os.Stdin); in.Scan(); {
 			fmt.Println(snapLine + "{}")
 		}
 		close(stop)
-		<-done
+		require.NoError(t, <-done, "the load")
 		return
 	}
 	if url == "" && schema == "" {
