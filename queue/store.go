@@ -224,7 +224,7 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`
+SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
 	s.fail = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
@@ -284,7 +284,7 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`
+SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
 	s.failLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
@@ -372,8 +372,32 @@ func claimPlainSQL(jobs, attempts, from, after, limit string) string {
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, c AS (
 	` + claimWalkSQL(jobs, attempts, claimCols, "", after, limit) + `
 )
-SELECT * FROM c ORDER BY priority, run_after, id`
+SELECT * FROM c WHERE ` + planRestoredSQL(genericPlanRestore) + ` ORDER BY priority, run_after, id`
 }
+
+// planRestoredSQL is a condition that runs restore (an expression that puts
+// back planner settings changed for one statement's plan and returns text)
+// and is true. It names no column, so PostgreSQL evaluates it once, when the
+// statement's execution starts (a one-time filter, also when no row comes),
+// after the plan was chosen: the statement puts the settings back itself,
+// where a statement of its own after it cost the round trip one more
+// statement (genericPlanEnd, probeByIDEnd). TestClaimsUseTheGenericPlan,
+// TestPlanSettingsEndWithTheStatement.
+func planRestoredSQL(restore string) string { return `(SELECT ` + restore + `) IS NOT NULL` }
+
+// genericPlanRestore puts plan_cache_mode back as genericPlan found it (as
+// genericPlanEnd); with no genericPlan earlier in the transaction it sets
+// the current value again.
+const genericPlanRestore = `pg_catalog.set_config('plan_cache_mode', COALESCE(NULLIF(
+	pg_catalog.current_setting('pgwake.plan_saved', true), ''), pg_catalog.current_setting('plan_cache_mode')), true)`
+
+// probeByIDRestore puts enable_seqscan and plan_cache_mode back as probeByID
+// found them (as probeByIDEnd); with no probeByID earlier in the
+// transaction it sets their current values again.
+const probeByIDRestore = `pg_catalog.set_config('enable_seqscan', COALESCE(NULLIF(pg_catalog.split_part(
+	COALESCE(pg_catalog.current_setting('pgwake.probe_saved', true), ''), ' ', 1), ''), pg_catalog.current_setting('enable_seqscan')), true)
+	OPERATOR(pg_catalog.||) pg_catalog.set_config('plan_cache_mode', COALESCE(NULLIF(pg_catalog.split_part(
+	COALESCE(pg_catalog.current_setting('pgwake.probe_saved', true), ''), ' ', 2), ''), pg_catalog.current_setting('plan_cache_mode')), true)`
 
 // claimBatchSQL claims the head job and up to more jobs of the same mode:
 // when the head's kind is leased ($4), up to $5 - 1 more leased jobs; when it
@@ -394,7 +418,7 @@ WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
 		after, `(SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1)`) + `) r
 )
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
-WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
+WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest)) AND ` + planRestoredSQL(genericPlanRestore) + `
 ORDER BY j.priority, j.run_after, j.id`
 }
 
