@@ -258,7 +258,10 @@ func (c *Client) beginClaim(ctx context.Context) (*batch, *pgx.Batch, error) {
 // genericPlan makes the claim statements that follow it in a claim's round
 // trip use their generic plan from their first call on a connection;
 // genericPlanEnd puts plan_cache_mode back as it was (kept meanwhile in a
-// transaction-local setting of our own) before any handler's statement.
+// transaction-local setting of our own) before any handler's statement. The
+// held claims put it back themselves as their execution starts
+// (planRestoredSQL in store.go), so only the leased completion sends
+// genericPlanEnd.
 // Left to itself PostgreSQL plans a prepared statement afresh for its first
 // five calls on every connection (custom plans) before it settles on the
 // generic plan it then keeps: with a pool of twenty connections, a quarter
@@ -323,7 +326,8 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 		args := append(headArgs[:len(headArgs):len(headArgs)], after.priority, after.runAfter, after.id)
 		pb.Queue(c.sql.claimAfter, args...).Query(scan)
 	}
-	pb.Queue(genericPlanEnd)
+	// The claim statement puts plan_cache_mode back itself
+	// (planRestoredSQL): no genericPlanEnd.
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -376,6 +380,7 @@ func (c *Client) primeClaims(ctx context.Context, conn *pgx.Conn) error {
 	pb := &pgx.Batch{}
 	pb.Queue(genericPlan)
 	pb.Queue(c.sql.claimOne, "")
+	pb.Queue(genericPlan) // claimOne put the setting back
 	pb.Queue(head, headArgs...)
 	pb.Queue(c.sql.next, "")
 	pb.Queue(c.sql.recordStarts, []int64{}, "", []int32{}, int32(0), c.id, int16(isolationNone))

@@ -219,7 +219,8 @@ func (r *attemptResult) recorded(rec failRecord) {
 }
 
 // probeByID makes the succeed statement plan without sequential scans, and
-// keep its plan; probeByIDEnd puts the two settings back as they were. The
+// keep its plan; succeed puts the two settings back as they were once its
+// plan is chosen (planRestoredSQL; probeByIDEnd as a statement of its own). The
 // statement moves a batch by id (id = ANY($1)); once a connection has run
 // it five times, PostgreSQL may keep a generic plan, costed for the table as
 // it was then: a connection that warmed up on a small table (a quiet queue,
@@ -269,8 +270,9 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	}
 	marked := map[int64]bool{}
 	pb.Queue(probeByID)
+	// succeed puts the settings back itself (planRestoredSQL): no
+	// probeByIDEnd before the COMMIT.
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
-	pb.Queue(probeByIDEnd)
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {

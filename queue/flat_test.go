@@ -356,3 +356,61 @@ func TestRetentionShrinksCancelledBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[JobState]int64{StateSucceeded: 120}, n)
 }
+
+// A claim from the cursor does not read the index entries before the
+// cursor: 40,000 jobs, the first 30,000 finished while a snapshot older than
+// their completion is open (in a drain: other workers' claims, vacuum not
+// yet by), so their claim index entries still point at row versions that
+// must be visited. The priority walk's first probe, bounded by the cursor's
+// priority alone, and its range scan, which PostgreSQL 15 started at the
+// priority's first entry, stepped over all of them for every claim from the
+// cursor: 760-980 buffers per claim here, 13-200 since. The bounds are each
+// claim's buffers now (32 jobs locked, their attempt records probed) with a
+// margin of about 65.
+func TestCursorClaimsSkipTheJobsBeforeTheCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
+		SELECT 'q', 'k', now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 40000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	require.NoError(t, err)
+	old, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(old)
+	_, err = old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	_, err = old.Exec(ctx, `SELECT count(*) FROM `+jobs) // takes the snapshot
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id <= 30000`)
+	require.NoError(t, err)
+	var cursor string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT format('0::smallint, %L::timestamptz, 30000::bigint', run_after)
+		FROM `+jobs+` WHERE id = 30000`).Scan(&cursor))
+
+	s := newStatements(schema)
+	cases := []struct {
+		name, sql, args string
+		max             int64
+	}{
+		{"claimPlainAfter", s.claimPlainAfter, `'q', 32, ` + cursor, 200},
+		{"claimAfter", s.claimAfter, `'q', 32, '{}'::text[], '{}'::text[], 8, ` + cursor, 260},
+		{"claimLeasedAfter", s.claimLeasedAfter, `'q', 1000, 'w', '{}'::text[], 8, ` + cursor, 80},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(tx)
+		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		for _, tc := range cases {
+			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
+			t.Logf("%s %s: %d buffers", mode, tc.name, buffers)
+			require.LessOrEqual(t, buffers, tc.max, "%s %s", mode, tc.name)
+			require.Positive(t, rows, "%s %s: rows", mode, tc.name)
+		}
+		rollback(tx)
+	}
+}

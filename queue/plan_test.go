@@ -247,3 +247,80 @@ func planTable(t *testing.T) (*pgxpool.Pool, string, string) {
 	require.NoError(t, err)
 	return pool, schema, jobs
 }
+
+// The held claims and succeed put back the planner settings that the
+// statement before them changed for their plan (genericPlan, probeByID)
+// themselves, once their plan is chosen: the claim's round trip sends no
+// genericPlanEnd, the completion's no probeByIDEnd. The settings come back
+// as the session had them (not the server's defaults), with rows claimed or
+// none, and the statements still ran on the plan the settings chose.
+func TestPlanSettingsEndWithTheStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, jobs := planTable(t)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload) SELECT 'q', 'k', '{}' FROM generate_series(1, 3)`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	// A session setting of the user's, which the statements must keep.
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_custom_plan`)
+	require.NoError(t, err)
+	// run sends BEGIN, set, stmt and the settings' read in one round trip
+	// (as claim and complete send them) and rolls back; it returns the
+	// rows stmt returned and the settings after it.
+	run := func(set, stmt string, args ...any) (n int, seqscan, mode string) {
+		t.Helper()
+		pb := &pgx.Batch{}
+		pb.Queue("BEGIN")
+		pb.Queue(set)
+		pb.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				n++
+			}
+			return rows.Err()
+		})
+		pb.Queue(`SELECT pg_catalog.current_setting('enable_seqscan'), pg_catalog.current_setting('plan_cache_mode')`).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&seqscan, &mode) })
+		pb.Queue("ROLLBACK")
+		require.NoError(t, conn.SendBatch(ctx, pb).Close())
+		return n, seqscan, mode
+	}
+	for _, tc := range []struct {
+		name, set, stmt string
+		args            []any
+		rows            int
+	}{
+		{"claimOne", genericPlan, s.claimOne, []any{"q"}, 1},
+		{"claimOne, nothing due", genericPlan, s.claimOne, []any{"none"}, 0},
+		{"claimPlain", genericPlan, s.claimPlain, []any{"q", 2}, 2},
+		{"claim", genericPlan, s.claim, []any{"q", 2, []string{}, []string{}, 2}, 2},
+		{"succeed", probeByID, s.succeed, []any{[]int64{1, 2}, []int64{1, 2}}, 2},
+		{"succeed, none", probeByID, s.succeed, []any{[]int64{}, []int64{}}, 0},
+	} {
+		n, seqscan, mode := run(tc.set, tc.stmt, tc.args...)
+		require.Equal(t, tc.rows, n, tc.name)
+		require.Equal(t, "on", seqscan, tc.name)
+		require.Equal(t, "force_custom_plan", mode, tc.name)
+	}
+	// Each statement ran on its generic plan: the settings were put back
+	// after its plan was chosen, not before.
+	rows, err := conn.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_catalog.pg_prepared_statements`)
+	require.NoError(t, err)
+	seen := 0
+	for rows.Next() {
+		var stmt string
+		var generic, custom int64
+		require.NoError(t, rows.Scan(&stmt, &generic, &custom))
+		for _, want := range []string{s.claimOne, s.claimPlain, s.claim, s.succeed} {
+			if stmt == want {
+				seen++
+				require.Zero(t, custom, stmt)
+				require.Positive(t, generic, stmt)
+			}
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 4, seen)
+}

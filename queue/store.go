@@ -171,16 +171,41 @@ func (s *statements) enqueueStatements(t tables) {
 	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[], $12::jsonb[]) e`
 }
 
+// cursorFrom3 and cursorFrom6 are the condition that a job sorts after the
+// claim cursor, given as ($3 or $6 priority, run_after, id); cursorAfter3
+// and cursorAfter6 add, in a walk's range scan of one priority (p), a bound
+// a btree scan can start at. The cursor claims bound their priority walk's
+// first probe with the first and their range scans with the second, so
+// neither reads the index entries before the cursor: mostly jobs that
+// finished since the head was last claimed, each a heap visit while it is
+// too recent to be marked dead in the index (a probe bounded by the
+// priority alone read 100-200 of them per claim in a drain of 10,000 jobs,
+// auto_explain). In the range scan, whose index condition has the priority
+// by equality, PostgreSQL 15 starts at the priority's first entry when the
+// bound is the row (priority, run_after, id): it starts at the cursor with
+// (run_after, id), from the cursor's position in the cursor's priority and
+// from the first entry in any later one. TestCursorClaimsSkipTheJobsBeforeTheCursor.
+const (
+	cursorFrom3  = "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)"
+	cursorFrom6  = "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)"
+	cursorAfter3 = cursorFrom3 + cursorSeek3
+	cursorAfter6 = cursorFrom6 + cursorSeek6
+	cursorSeek3  = `
+		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = $3::smallint THEN $4::timestamptz ELSE '-infinity'::timestamptz END,
+		      CASE WHEN p.priority = $3::smallint THEN $5::bigint ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+	cursorSeek6 = `
+		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = $6::smallint THEN $7::timestamptz ELSE '-infinity'::timestamptz END,
+		      CASE WHEN p.priority = $6::smallint THEN $8::bigint ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+)
+
 // claimStatements: jobs and attempts: claims.
 func (s *statements) claimStatements(t tables) {
 	jobs, attempts := t.jobs, t.attempts
 	s.claim = claimBatchSQL(jobs, attempts, "", "")
-	s.claimAfter = claimBatchSQL(jobs, attempts, "AND j.priority >= $6::smallint",
-		"AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
+	s.claimAfter = claimBatchSQL(jobs, attempts, cursorFrom6, cursorAfter6)
 	s.claimOne = claimPlainSQL(jobs, attempts, "", "", "1")
 	s.claimPlain = claimPlainSQL(jobs, attempts, "", "", "$2::int")
-	s.claimPlainAfter = claimPlainSQL(jobs, attempts, "AND j.priority >= $3::smallint",
-		"AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)", "$2::int")
+	s.claimPlainAfter = claimPlainSQL(jobs, attempts, cursorFrom3, cursorAfter3, "$2::int")
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
@@ -224,7 +249,7 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`
+SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
 	s.fail = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
@@ -252,8 +277,7 @@ WITH j AS (
 func (s *statements) leasedStatements(t tables) {
 	jobs, events := t.jobs, t.events
 	s.claimLeased = claimLeasedSQL(t, "", "")
-	s.claimLeasedAfter = claimLeasedSQL(t, "AND j.priority >= $6::smallint",
-		"AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)")
+	s.claimLeasedAfter = claimLeasedSQL(t, cursorFrom6, cursorAfter6)
 	s.startLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` j SET ` + startLeaseSet + `
@@ -284,7 +308,7 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j`
+SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
 	s.failLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
@@ -338,7 +362,8 @@ func claimableSQL(attempts string) string {
 // prioritiesSQL is the recursive CTE p(priority): the distinct priorities
 // of queue $1's pending jobs in ascending order, each found by one probe of
 // the claim index, then a NULL row that ends the walk. from bounds the
-// first one (the cursor's priority).
+// first one (the cursor condition: the first probe starts at the cursor,
+// and finds the priority of the first job after it).
 //
 // The claim index is ordered (queue, priority, run_after, id): a scan
 // bounded by the queue alone cannot stop at run_after <= now(), so with
@@ -372,8 +397,32 @@ func claimPlainSQL(jobs, attempts, from, after, limit string) string {
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, c AS (
 	` + claimWalkSQL(jobs, attempts, claimCols, "", after, limit) + `
 )
-SELECT * FROM c ORDER BY priority, run_after, id`
+SELECT * FROM c WHERE ` + planRestoredSQL(genericPlanRestore) + ` ORDER BY priority, run_after, id`
 }
+
+// planRestoredSQL is a condition that runs restore (an expression that puts
+// back planner settings changed for one statement's plan and returns text)
+// and is true. It names no column, so PostgreSQL evaluates it once, when the
+// statement's execution starts (a one-time filter, also when no row comes),
+// after the plan was chosen: the statement puts the settings back itself,
+// where a statement of its own after it cost the round trip one more
+// statement (genericPlanEnd, probeByIDEnd). TestClaimsUseTheGenericPlan,
+// TestPlanSettingsEndWithTheStatement.
+func planRestoredSQL(restore string) string { return `(SELECT ` + restore + `) IS NOT NULL` }
+
+// genericPlanRestore puts plan_cache_mode back as genericPlan found it (as
+// genericPlanEnd); with no genericPlan earlier in the transaction it sets
+// the current value again.
+const genericPlanRestore = `pg_catalog.set_config('plan_cache_mode', COALESCE(NULLIF(
+	pg_catalog.current_setting('pgwake.plan_saved', true), ''), pg_catalog.current_setting('plan_cache_mode')), true)`
+
+// probeByIDRestore puts enable_seqscan and plan_cache_mode back as probeByID
+// found them (as probeByIDEnd); with no probeByID earlier in the
+// transaction it sets their current values again.
+const probeByIDRestore = `pg_catalog.set_config('enable_seqscan', COALESCE(NULLIF(pg_catalog.split_part(
+	COALESCE(pg_catalog.current_setting('pgwake.probe_saved', true), ''), ' ', 1), ''), pg_catalog.current_setting('enable_seqscan')), true)
+	OPERATOR(pg_catalog.||) pg_catalog.set_config('plan_cache_mode', COALESCE(NULLIF(pg_catalog.split_part(
+	COALESCE(pg_catalog.current_setting('pgwake.probe_saved', true), ''), ' ', 2), ''), pg_catalog.current_setting('plan_cache_mode')), true)`
 
 // claimBatchSQL claims the head job and up to more jobs of the same mode:
 // when the head's kind is leased ($4), up to $5 - 1 more leased jobs; when it
@@ -394,7 +443,7 @@ WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
 		after, `(SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1)`) + `) r
 )
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
-WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest))
+WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest)) AND ` + planRestoredSQL(genericPlanRestore) + `
 ORDER BY j.priority, j.run_after, j.id`
 }
 
