@@ -249,10 +249,16 @@ func (c *Client) beginClaim(ctx context.Context) (*batch, *pgx.Batch, error) {
 	}
 	pb := &pgx.Batch{}
 	pb.BeginTx(pgx.TxOptions{})
+	c.liftIdleTimeout(pb)
+	return &batch{conn: conn}, pb, nil
+}
+
+// liftIdleTimeout queues, when the claims set one, the claim transaction's
+// idle_in_transaction_session_timeout (claimIdleTimeout).
+func (c *Client) liftIdleTimeout(pb *pgx.Batch) {
 	if c.claimIdleTimeout != "" {
 		pb.Queue(`SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1::text, true)`, c.claimIdleTimeout)
 	}
-	return &batch{conn: conn}, pb, nil
 }
 
 // genericPlan makes the claim statements that follow it in a claim's round
@@ -278,7 +284,9 @@ FROM (SELECT pg_catalog.set_config('pgwake.plan_saved', pg_catalog.current_setti
 // send runs pb (BEGIN and the claim) on the batch's connection.
 func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 	br := b.conn.Conn().SendBatch(ctx, pb)
-	b.tx = br.Tx()
+	if tx := br.Tx(); tx != nil {
+		b.tx = tx // else chained (beginLook): b.tx is still the transaction
+	}
 	if err := br.Close(); err != nil {
 		b.release()
 		return fmt.Errorf("claim: %w", err)
@@ -293,9 +301,15 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 // claims in one only when the head job is of a held kind. With no job due
 // it returns nil and the time of the queue's earliest delayed job (zero if
 // none).
-func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst bool) (*batch, time.Time, error) {
+//
+// With st (a loop's stream, stream.go), an empty look of a stream
+// (st.keep) keeps its transaction open in st.open instead of asking for the
+// earliest delayed job, and the next look chains on it: one round trip a
+// look.
+func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst bool, st *streamTx) (*batch, time.Time, error) {
 	began := time.Now()
 	if leasedFirst && leasedN > 0 {
+		st.drop()
 		b, held, err := c.claimLeased(ctx, queue, leasedN, after, began)
 		switch {
 		case err != nil || b != nil:
@@ -306,7 +320,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 		}
 		// The head is of a held kind: claim it in a transaction.
 	}
-	b, pb, err := c.beginClaim(ctx)
+	b, pb, err := c.beginLook(ctx, st)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -349,6 +363,12 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 		c.track(b)
 		c.hookClaimed(ctx, b, began)
 		return b, time.Time{}, nil
+	}
+	if st != nil && st.keep {
+		// Nothing due, and the loop looks again shortly: the next look
+		// ends this transaction.
+		st.open = b
+		return nil, time.Time{}, nil
 	}
 	// Nothing due: end the transaction and ask for the earliest delayed job
 	// in one more round trip.

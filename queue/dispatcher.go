@@ -119,6 +119,7 @@ type loopState struct {
 	sinceHead  int             // claims in a row that started at the cursor
 	rate       rateWindow      // jobs found per window: is a stream running?
 	lingerTill time.Time       // marked busy by a stream of jobs: look on our own until then
+	stream     streamTx        // a stream's empty claim transaction, kept for the next look
 	claimed    int             // jobs claimed, counted only with test signals on
 	// leasedFirst: the last batch was leased (or none yet, with leased
 	// kinds): the next claim tries claimLeased, with no transaction, first.
@@ -138,13 +139,13 @@ type loopState struct {
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown,
 		leasedFirst: len(l.c.cfg.LeasedKinds) > 0, nextSpent: true}
+	defer s.stream.drop()
 	for {
-		select {
-		case <-ctx.Done():
+		if !l.takeSlot(ctx, s) {
 			return
-		case l.slots <- struct{}{}:
 		}
 		if l.pause.isPaused() {
+			s.stream.drop()
 			<-l.slots
 			if !l.waitWhilePaused(ctx, s) {
 				return
@@ -173,10 +174,12 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 			continue
 		}
 		<-l.slots
-		s.nextAt, s.nextSpent = next, false
+		asked := s.stream.open == nil // else the look did not ask for the next delayed job
+		if asked {
+			s.nextAt, s.nextSpent = next, false
+		}
 		if !s.lingerTill.IsZero() {
-			now := time.Now()
-			if s.waiter == waiterBusy && now.Before(s.lingerTill) && s.rate.add(0, now) {
+			if l.streaming(s, time.Now()) {
 				// Jobs keep arriving and their producers do not notify
 				// us: look again shortly.
 				if !l.linger(ctx, s) {
@@ -185,6 +188,12 @@ func (l *queueLoop) dispatch(ctx, hardCtx context.Context) {
 				continue
 			}
 			s.lingerTill = time.Time{} // the stream ended: idle through the barrier
+			if !asked {
+				// One more look, which asks for the earliest delayed
+				// job to sleep on.
+				s.stream.drop()
+				continue
+			}
 		}
 		if idle, ok := l.goIdle(ctx, s); !ok {
 			return
@@ -242,6 +251,7 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	// wake-up when old attempt records exist.
 	switch s.source {
 	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered, sourceResumed:
+		s.stream.drop()
 		b, err := l.c.claimRecovered(ctx, l.queue)
 		if err != nil || b != nil {
 			if b != nil {
@@ -282,7 +292,9 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		// taken for this claim).
 		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
 	}
-	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst)
+	// A look of a stream keeps its transaction if it finds nothing.
+	s.stream.keep = s.source == sourceBusy && !s.lingerTill.IsZero() && l.streaming(s, time.Now())
+	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst, &s.stream)
 	s.cursor = nil
 	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
 	s.partial = b != nil && !b.leased && n > 1 && len(b.jobs) < n

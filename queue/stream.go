@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Streams of jobs (issue 12): at a steady rate, a loop below saturation is
@@ -44,6 +46,29 @@ func (w *rateWindow) add(n int, now time.Time) bool {
 	return w.fast
 }
 
+// streaming reports whether the loop is marked busy by a stream that has
+// not ended at now: it looks on its own.
+func (l *queueLoop) streaming(s *loopState, now time.Time) bool {
+	return s.waiter == waiterBusy && now.Before(s.lingerTill) && s.rate.add(0, now)
+}
+
+// takeSlot takes a free slot for the next look, false when ctx ended first.
+// A stream's open transaction is not kept while the loop waits for one.
+func (l *queueLoop) takeSlot(ctx context.Context, s *loopState) bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	s.stream.drop()
+	select {
+	case <-ctx.Done():
+		return false
+	case l.slots <- struct{}{}:
+		return true
+	}
+}
+
 // linger waits streamPoll (or until a wake-up) before the next look of a
 // loop marked busy by a stream. false means ctx is done.
 func (l *queueLoop) linger(ctx context.Context, s *loopState) bool {
@@ -67,4 +92,44 @@ func (l *queueLoop) linger(ctx context.Context, s *loopState) bool {
 		s.waiter = waiterUnknown
 	}
 	return true
+}
+
+// streamTx is the empty claim transaction a look of a stream keeps open for
+// the next one (claim): the next look's round trip rolls it back and begins
+// its own (ROLLBACK AND CHAIN, which also gives the claim a new now()), so
+// an empty look of a stream costs one round trip, not two (the claim, then
+// the earliest delayed job with the ROLLBACK). The earliest delayed job
+// matters only to sleep on: a loop asks for it in a look of its own
+// before it goes idle (dispatch). The transaction holds no lock (nothing
+// was claimed) and, at read committed, no snapshot.
+type streamTx struct {
+	keep bool   // the next look is of a stream: keep it open if empty
+	open *batch // the transaction kept open, nil if none
+}
+
+// drop rolls back the transaction kept open, if any, and returns its
+// connection to the pool. st may be nil.
+func (st *streamTx) drop() {
+	if st != nil && st.open != nil {
+		st.open.release()
+		st.open = nil
+	}
+}
+
+// chainLook is the statement that ends a transaction kept open by a
+// stream's empty look and begins the next look's (streamTx).
+const chainLook = `ROLLBACK AND CHAIN`
+
+// beginLook is beginClaim, on the connection of st's open transaction when
+// there is one: pb then rolls it back and begins the next (chainLook).
+func (c *Client) beginLook(ctx context.Context, st *streamTx) (*batch, *pgx.Batch, error) {
+	if st == nil || st.open == nil {
+		return c.beginClaim(ctx)
+	}
+	b := &batch{conn: st.open.conn, tx: st.open.tx}
+	st.open = nil
+	pb := &pgx.Batch{}
+	pb.Queue(chainLook)
+	c.liftIdleTimeout(pb) // a local setting: the rollback ended it
+	return b, pb, nil
 }
