@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pgwake/pgwake/internal/jsonenc"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -84,18 +85,7 @@ func Encode(e Event) ([]byte, error) {
 	b := make([]byte, 0, 160+len(e.Queue)+len(e.Kind)+len(e.Error))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, Version, 10)
-	b = append(b, `,"id":`...)
-	b = strconv.AppendInt(b, e.ID, 10)
-	b = append(b, `,"job_id":`...)
-	b = strconv.AppendInt(b, e.JobID, 10)
-	b = append(b, `,"type":`...)
-	b = appendJSONString(b, string(e.Type))
-	b = append(b, `,"queue":`...)
-	b = appendJSONString(b, e.Queue)
-	b = append(b, `,"kind":`...)
-	b = appendJSONString(b, e.Kind)
-	b = append(b, `,"attempt":`...)
-	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = jsonenc.EventFields(b, false, e.ID, e.JobID, string(e.Type), e.Queue, e.Kind, e.Attempt)
 	b = append(b, `,"at":`...)
 	var err error
 	if b, err = appendJSONTime(b, e.At); err != nil {
@@ -103,7 +93,7 @@ func Encode(e Event) ([]byte, error) {
 	}
 	if e.Error != "" {
 		b = append(b, `,"error":`...)
-		b = appendJSONString(b, e.Error)
+		b = jsonenc.String(b, e.Error)
 	}
 	if e.RunAfter != nil {
 		b = append(b, `,"run_after":`...)
@@ -112,22 +102,6 @@ func Encode(e Event) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as encoding/json writes it: a string of
-// printable ASCII without a quote, backslash, '<', '>' or '&' as it is, any other
-// through encoding/json (its escaping of HTML characters, control
-// characters, invalid UTF-8 and U+2028/U+2029).
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // appendJSONTime appends t in UTC as encoding/json writes a time.Time

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pgwake/pgwake/internal/jsonenc"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -27,35 +28,9 @@ func appendJobEvent(b []byte, e queue.EventInfo) []byte {
 		data, _ := json.Marshal(jobEventOf(e))
 		return append(b, data...)
 	}
-	b = append(b, `{"id":`...)
-	b = strconv.AppendInt(b, e.ID, 10)
-	b = append(b, `,"job_id":`...)
-	b = strconv.AppendInt(b, e.JobID, 10)
-	b = append(b, `,"type":`...)
-	b = appendJSONString(b, string(e.Type))
-	b = append(b, `,"queue":`...)
-	b = appendJSONString(b, e.Queue)
-	b = append(b, `,"kind":`...)
-	b = appendJSONString(b, e.Kind)
-	b = append(b, `,"attempt":`...)
-	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = append(b, '{')
+	b = jsonenc.EventFields(b, true, e.ID, e.JobID, string(e.Type), e.Queue, e.Kind, e.Attempt)
 	b = append(b, `,"at":"`...)
 	b = e.At.AppendFormat(b, time.RFC3339Nano)
 	return append(b, `"}`...)
-}
-
-// appendJSONString appends s as a JSON string the way encoding/json
-// writes it: printable ASCII other than the quote, the backslash and the
-// HTML-sensitive <, > and & is copied; a string with anything else is
-// left to encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			data, _ := json.Marshal(s)
-			return append(b, data...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
