@@ -478,3 +478,52 @@ func TestClaimRestSkipsTheJobsBeforeTheHead(t *testing.T) {
 		rollback(tx)
 	}
 }
+
+// The jobs a claim takes after its head are the next unlocked ones after the
+// head in claim order, across priorities, before (locked jobs of the head's
+// priority and an earlier one) and after (a later one) the head's: 12 jobs
+// over priorities 0, 1 and 2, some locked by another transaction.
+func TestClaimRestTakesTheJobsAfterTheHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil)
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, priority, run_after)
+		SELECT 'q', 'k', ((i - 1) / 4)::smallint, now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 12) i`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	claims := []struct {
+		name, sql string
+		args      []any
+	}{
+		{"claim", s.claim, []any{"q", 6, []string{}, []string{}, 6}},
+		{"claim leased", s.claim, []any{"q", 6, []string{}, []string{"k"}, 6}},
+		{"claimLeased", s.claimLeased, []any{"q", 1000.0, "w", []string{"k"}, 6}},
+		{"claimAfter", s.claimAfter, []any{"q", 6, []string{}, []string{}, 6, int16(0), time.Time{}, int64(0)}},
+	}
+	for _, tc := range []struct{ locked, want []int64 }{
+		{[]int64{1, 2, 6}, []int64{3, 4, 5, 7, 8, 9}},
+		{[]int64{1, 2, 3, 4, 7}, []int64{5, 6, 8, 9, 10, 11}},
+	} {
+		locker, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(locker)
+		_, err = locker.Exec(ctx, `SELECT id FROM `+jobs+` WHERE id = ANY($1) FOR UPDATE`, tc.locked)
+		require.NoError(t, err)
+		for _, c := range claims {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer rollback(tx)
+			rows, err := tx.Query(ctx, c.sql, c.args...)
+			require.NoError(t, err)
+			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+				var id int64
+				return id, r.Scan(append([]any{&id}, make([]any, len(r.FieldDescriptions())-1)...)...)
+			})
+			rollback(tx)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got, "%s, %v locked", c.name, tc.locked)
+		}
+		rollback(locker)
+	}
+}
