@@ -414,3 +414,116 @@ func TestCursorClaimsSkipTheJobsBeforeTheCursor(t *testing.T) {
 		rollback(tx)
 	}
 }
+
+// The walk of the jobs a claim takes after its head starts at the head: it
+// does not step over the index entries before the head again. 40,000 jobs,
+// the first 30,000 finished while an older snapshot is open (as in
+// TestCursorClaimsSkipTheJobsBeforeTheCursor), claimed from the head of the
+// index or from a cursor before them, so the head's walk reads them (about
+// 990 buffers: claimOne's). What a claim reads beyond claimOne is its rest:
+// claimLeased's walk, bounded by the row (priority, run_after, id) > head,
+// stepped over their index entries (8 jobs: 214-223 buffers; 67-76 since),
+// and claim's, with no bound at the head, visited them again (leased head,
+// 8 jobs: 542-551, 55-64 since; held, 32 jobs: 665-674, 154-163 since).
+// The bounds are the figures since with a margin.
+func TestClaimRestSkipsTheJobsBeforeTheHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
+		SELECT 'q', 'k', now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 40000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	require.NoError(t, err)
+	old, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(old)
+	_, err = old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	_, err = old.Exec(ctx, `SELECT count(*) FROM `+jobs) // takes the snapshot
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id <= 30000`)
+	require.NoError(t, err)
+	const cursor = `0::smallint, '-infinity'::timestamptz, 0::bigint` // before every job
+
+	s := newStatements(schema)
+	cases := []struct {
+		name, sql, args string
+		rows, max       int64 // max: buffers beyond claimOne's
+	}{
+		{"claimLeased", s.claimLeased, `'q', 1000, 'w', '{k}'::text[], 8`, 8, 120},
+		{"claimLeasedAfter", s.claimLeasedAfter, `'q', 1000, 'w', '{k}'::text[], 8, ` + cursor, 8, 120},
+		{"claim leased", s.claim, `'q', 32, '{}'::text[], '{k}'::text[], 8`, 8, 120},
+		{"claim held", s.claim, `'q', 32, '{}'::text[], '{}'::text[], 8`, 32, 320},
+		{"claimAfter held", s.claimAfter, `'q', 32, '{}'::text[], '{}'::text[], 8, ` + cursor, 32, 320},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(tx)
+		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		head, _ := explainBuffers(t, tx, s.claimOne, `'q'`)
+		for _, tc := range cases {
+			_, err = tx.Exec(ctx, `SAVEPOINT c`) // claimLeased starts its jobs
+			require.NoError(t, err)
+			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
+			_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT c`)
+			require.NoError(t, err)
+			t.Logf("%s %s: %d buffers (claimOne: %d)", mode, tc.name, buffers, head)
+			require.LessOrEqual(t, buffers-head, tc.max, "%s %s", mode, tc.name)
+			require.Equal(t, tc.rows, rows, "%s %s: rows", mode, tc.name)
+		}
+		rollback(tx)
+	}
+}
+
+// The jobs a claim takes after its head are the next unlocked ones after the
+// head in claim order, across priorities, before (locked jobs of the head's
+// priority and an earlier one) and after (a later one) the head's: 12 jobs
+// over priorities 0, 1 and 2, some locked by another transaction.
+func TestClaimRestTakesTheJobsAfterTheHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil)
+	schema, jobs := flatSchema(t, pool)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, priority, run_after)
+		SELECT 'q', 'k', ((i - 1) / 4)::smallint, now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 12) i`)
+	require.NoError(t, err)
+	s := newStatements(schema)
+	claims := []struct {
+		name, sql string
+		args      []any
+	}{
+		{"claim", s.claim, []any{"q", 6, []string{}, []string{}, 6}},
+		{"claim leased", s.claim, []any{"q", 6, []string{}, []string{"k"}, 6}},
+		{"claimLeased", s.claimLeased, []any{"q", 1000.0, "w", []string{"k"}, 6}},
+		{"claimAfter", s.claimAfter, []any{"q", 6, []string{}, []string{}, 6, int16(0), time.Time{}, int64(0)}},
+	}
+	for _, tc := range []struct{ locked, want []int64 }{
+		{[]int64{1, 2, 6}, []int64{3, 4, 5, 7, 8, 9}},
+		{[]int64{1, 2, 3, 4, 7}, []int64{5, 6, 8, 9, 10, 11}},
+	} {
+		locker, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer rollback(locker)
+		_, err = locker.Exec(ctx, `SELECT id FROM `+jobs+` WHERE id = ANY($1) FOR UPDATE`, tc.locked)
+		require.NoError(t, err)
+		for _, c := range claims {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer rollback(tx)
+			rows, err := tx.Query(ctx, c.sql, c.args...)
+			require.NoError(t, err)
+			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+				var id int64
+				return id, r.Scan(append([]any{&id}, make([]any, len(r.FieldDescriptions())-1)...)...)
+			})
+			rollback(tx)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got, "%s, %v locked", c.name, tc.locked)
+		}
+		rollback(locker)
+	}
+}

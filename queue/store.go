@@ -198,6 +198,22 @@ const (
 		      CASE WHEN p.priority = $6::smallint THEN $8::bigint ELSE (-9223372036854775807)::bigint - 1::bigint END)`
 )
 
+// afterHead is the condition, in the walk of the jobs a claim takes after
+// its head h, that a job sorts after the head, with a bound a btree scan of
+// one priority (p) can start at, as cursorSeek3 gives the cursor's: from
+// the head's position in the head's priority, from the first entry in a
+// later one, and past the due entries of an earlier one (none sorts after
+// the head). The head's walk implies the cursor condition, so this one
+// replaces it. A bound on the row (priority, run_after, id) alone started
+// at the priority's first entry (the index entries of the jobs finished
+// before the head, stepped over again; claim read them with a heap visit
+// each, as its walk had no bound at the head). TestClaimRestSkipsTheJobsBeforeTheHead.
+const afterHead = `
+		  AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)
+		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = h.priority THEN h.run_after
+		      WHEN p.priority < h.priority THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
+		      CASE WHEN p.priority = h.priority THEN h.id ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+
 // claimStatements: jobs and attempts: claims.
 func (s *statements) claimStatements(t tables) {
 	jobs, attempts := t.jobs, t.attempts
@@ -429,18 +445,20 @@ const probeByIDRestore = `pg_catalog.set_config('enable_seqscan', COALESCE(NULLI
 // is a held kind not in $3 (kinds that run alone: slow or not yet
 // measured), up to $2 - 1 more such jobs; otherwise none. So a slow job
 // never holds others of its batch, and a batch is all leased or all held.
-// after is the cursor condition, from its bound on the priority walk.
+// after is the cursor condition, from its bound on the priority walk. The
+// rest's walk starts after the head (afterHead), as claimLeasedSQL's does:
+// a job before the head, locked when the head's walk passed it, is not
+// taken even if its lock is released before the rest's walk.
 func claimBatchSQL(jobs, attempts, from, after string) string {
 	return `
 WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
-	` + claimWalkSQL(jobs, attempts, `j.id, j.kind, j.kind = ANY($4::text[]) AS leased`, "", after, "1") + `
+	` + claimWalkSQL(jobs, attempts, `j.id, j.kind, j.priority, j.run_after, j.kind = ANY($4::text[]) AS leased`, "", after, "1") + `
 ), rest AS (
 	SELECT r.id FROM head h, LATERAL (
 	` + claimWalkSQL(jobs, attempts, `j.id`, `
-		  AND j.id <> h.id
 		  AND CASE WHEN h.leased THEN j.kind = ANY($4::text[])
 		      ELSE h.kind <> ALL($3::text[]) AND j.kind <> ALL($3::text[]) AND j.kind <> ALL($4::text[]) END`,
-		after, `(SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1)`) + `) r
+		afterHead, `(SELECT CASE WHEN h.leased THEN $5::int ELSE $2::int END - 1)`) + `) r
 )
 SELECT ` + claimCols + ` FROM ` + jobs + ` j
 WHERE j.id = ANY(ARRAY(SELECT id FROM head UNION ALL SELECT id FROM rest)) AND ` + planRestoredSQL(genericPlanRestore) + `
@@ -467,8 +485,8 @@ ORDER BY j.priority, j.run_after, j.id`
 //     in the latency bench). A join on the ctids avoided that for the rest
 //     too, but cost more CPU than it saved (about a third more per claim of
 //     50 jobs).
-//   - The rest's walk starts after the head in the index: the head's row
-//     and any locked rows before it are not read twice.
+//   - The rest's walk starts after the head in the index (afterHead): the
+//     head's row and any locked rows before it are not read twice.
 //   - A job of a leased kind does not probe the attempts table
 //     (leasedClaimableSQL).
 func claimLeasedSQL(t tables, from, after string) string {
@@ -479,8 +497,8 @@ WITH RECURSIVE ` + prioritiesSQL(jobs, from) + `, head AS (
 	` + walkSQL(jobs, leasedClaimableSQL(t.attempts), cols, after, "1") + `
 ), rest AS (
 	SELECT r.tid FROM head h, LATERAL (
-	` + walkSQL(jobs, leasedOnlySQL, `j.ctid AS tid`, after+`
-		  AND h.leased AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)`,
+	` + walkSQL(jobs, leasedOnlySQL, `j.ctid AS tid`, `
+		  AND h.leased`+afterHead,
 		`(SELECT CASE WHEN h.leased THEN $5::int - 1 ELSE 0 END)`) + `) r
 ), s1 AS (
 	` + startLeasedSQL(jobs, `j.ctid = (SELECT tid FROM head WHERE leased)`) + `
