@@ -87,20 +87,14 @@ func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 		{"claimLeasedAfter", s.claimLeasedAfter, leased + ", " + cursor, 0},
 		{"next", s.next, `'q'`, 1},
 	}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer rollback(tx) // a failed check must not leave the schema locked
-		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
-		require.NoError(t, err)
+	inEachPlanMode(t, pool, func(mode string, tx pgx.Tx) {
 		for _, tc := range cases {
 			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
 			t.Logf("%s %s: %d buffers", mode, tc.name, buffers)
 			require.LessOrEqual(t, buffers, int64(60), "%s %s", mode, tc.name)
 			require.Equal(t, tc.rows, rows, "%s %s: rows", mode, tc.name)
 		}
-		rollback(tx)
-	}
+	})
 }
 
 // The priority walk keeps claim order (priority, run_after, id) across
@@ -301,20 +295,14 @@ func TestRetentionIsFlatInKeptJobs(t *testing.T) {
 	// One batch of 100 succeeded jobs reads about what it deletes, not the
 	// older failed jobs kept.
 	s := newStatements(schema)
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer rollback(tx)
-		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
-		require.NoError(t, err)
+	inEachPlanMode(t, pool, func(mode string, tx pgx.Tx) {
 		// The steady state: the expired failed jobs went in an earlier pass.
 		_, err = tx.Exec(ctx, `DELETE FROM `+jobs+` WHERE state = 'failed' AND finished_at < now() - interval '7 days'`)
 		require.NoError(t, err)
 		buffers, _ := explainBuffers(t, tx, s.deleteFinished, `'succeeded', 86400e6, 100`)
 		t.Logf("%s deleteFinished: %d buffers", mode, buffers)
 		require.LessOrEqual(t, buffers, int64(1500), mode) // about 5 per row deleted; the single-index statement read 4,220 (custom plan) to 6,937 (generic)
-		rollback(tx)
-	}
+	})
 
 	slow := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "50ms" })
 	c, err := New(slow, Config{Schema: schema})
@@ -372,20 +360,7 @@ func TestCursorClaimsSkipTheJobsBeforeTheCursor(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
 	schema, jobs := flatSchema(t, pool)
-	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
-		SELECT 'q', 'k', now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 40000) i`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
-	require.NoError(t, err)
-	old, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer rollback(old)
-	_, err = old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
-	require.NoError(t, err)
-	_, err = old.Exec(ctx, `SELECT count(*) FROM `+jobs) // takes the snapshot
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id <= 30000`)
-	require.NoError(t, err)
+	finishedUnderOldSnapshot(t, pool, jobs)
 	var cursor string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT format('0::smallint, %L::timestamptz, 30000::bigint', run_after)
 		FROM `+jobs+` WHERE id = 30000`).Scan(&cursor))
@@ -399,20 +374,14 @@ func TestCursorClaimsSkipTheJobsBeforeTheCursor(t *testing.T) {
 		{"claimAfter", s.claimAfter, `'q', 32, '{}'::text[], '{}'::text[], 8, ` + cursor, 260},
 		{"claimLeasedAfter", s.claimLeasedAfter, `'q', 1000, 'w', '{}'::text[], 8, ` + cursor, 80},
 	}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer rollback(tx)
-		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
-		require.NoError(t, err)
+	inEachPlanMode(t, pool, func(mode string, tx pgx.Tx) {
 		for _, tc := range cases {
 			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
 			t.Logf("%s %s: %d buffers", mode, tc.name, buffers)
 			require.LessOrEqual(t, buffers, tc.max, "%s %s", mode, tc.name)
 			require.Positive(t, rows, "%s %s: rows", mode, tc.name)
 		}
-		rollback(tx)
-	}
+	})
 }
 
 // The walk of the jobs a claim takes after its head starts at the head: it
@@ -431,20 +400,7 @@ func TestClaimRestSkipsTheJobsBeforeTheHead(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, nil) // its own: PREPARE and plan settings stay off the shared pool
 	schema, jobs := flatSchema(t, pool)
-	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
-		SELECT 'q', 'k', now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 40000) i`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
-	require.NoError(t, err)
-	old, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer rollback(old)
-	_, err = old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
-	require.NoError(t, err)
-	_, err = old.Exec(ctx, `SELECT count(*) FROM `+jobs) // takes the snapshot
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id <= 30000`)
-	require.NoError(t, err)
+	finishedUnderOldSnapshot(t, pool, jobs)
 	const cursor = `0::smallint, '-infinity'::timestamptz, 0::bigint` // before every job
 
 	s := newStatements(schema)
@@ -458,15 +414,10 @@ func TestClaimRestSkipsTheJobsBeforeTheHead(t *testing.T) {
 		{"claim held", s.claim, `'q', 32, '{}'::text[], '{}'::text[], 8`, 32, 320},
 		{"claimAfter held", s.claimAfter, `'q', 32, '{}'::text[], '{}'::text[], 8, ` + cursor, 32, 320},
 	}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer rollback(tx)
-		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
-		require.NoError(t, err)
+	inEachPlanMode(t, pool, func(mode string, tx pgx.Tx) {
 		head, _ := explainBuffers(t, tx, s.claimOne, `'q'`)
 		for _, tc := range cases {
-			_, err = tx.Exec(ctx, `SAVEPOINT c`) // claimLeased starts its jobs
+			_, err := tx.Exec(ctx, `SAVEPOINT c`) // claimLeased starts its jobs
 			require.NoError(t, err)
 			buffers, rows := explainBuffers(t, tx, tc.sql, tc.args)
 			_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT c`)
@@ -475,8 +426,7 @@ func TestClaimRestSkipsTheJobsBeforeTheHead(t *testing.T) {
 			require.LessOrEqual(t, buffers-head, tc.max, "%s %s", mode, tc.name)
 			require.Equal(t, tc.rows, rows, "%s %s: rows", mode, tc.name)
 		}
-		rollback(tx)
-	}
+	})
 }
 
 // The jobs a claim takes after its head are the next unlocked ones after the
@@ -526,4 +476,46 @@ func TestClaimRestTakesTheJobsAfterTheHead(t *testing.T) {
 		}
 		rollback(locker)
 	}
+}
+
+// inEachPlanMode runs f in a transaction of pool for each plan_cache_mode
+// the store's statements may run under, custom and generic plans, and
+// rolls it back (also when a check fails: the schema must not stay locked).
+func inEachPlanMode(t *testing.T, pool *pgxpool.Pool, f func(mode string, tx pgx.Tx)) {
+	t.Helper()
+	ctx := context.Background()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		func() {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer rollback(tx)
+			_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+			require.NoError(t, err)
+			f(mode, tx)
+		}()
+	}
+}
+
+// finishedUnderOldSnapshot fills jobs with 40,000 due jobs of queue q and
+// marks the first 30,000 succeeded while a snapshot older than their
+// completion stays open until the test ends (in a drain: other workers'
+// claims, vacuum not yet by), so their claim index entries still point at
+// row versions that must be visited.
+func finishedUnderOldSnapshot(t *testing.T, pool *pgxpool.Pool, jobs string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
+		SELECT 'q', 'k', now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 40000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+jobs)
+	require.NoError(t, err)
+	old, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { rollback(old) })
+	_, err = old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	_, err = old.Exec(ctx, `SELECT count(*) FROM `+jobs) // takes the snapshot
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'succeeded', finished_at = now() WHERE id <= 30000`)
+	require.NoError(t, err)
 }
