@@ -262,12 +262,11 @@ func (c *Client) liftIdleTimeout(pb *pgx.Batch) {
 }
 
 // genericPlan makes the claim statements that follow it in a claim's round
-// trip use their generic plan from their first call on a connection;
-// genericPlanEnd puts plan_cache_mode back as it was (kept meanwhile in a
-// transaction-local setting of our own) before any handler's statement. The
-// held claims put it back themselves as their execution starts
-// (planRestoredSQL in store.go), so only the leased completion sends
-// genericPlanEnd.
+// trip use their generic plan from their first call on a connection,
+// keeping plan_cache_mode's value meanwhile in a transaction-local setting of
+// our own; the statements put it back themselves as their execution starts
+// (planRestoredSQL and genericPlanRestore in store.go), before any handler's
+// statement.
 // Left to itself PostgreSQL plans a prepared statement afresh for its first
 // five calls on every connection (custom plans) before it settles on the
 // generic plan it then keeps: with a pool of twenty connections, a quarter
@@ -278,7 +277,6 @@ func (c *Client) liftIdleTimeout(pb *pgx.Batch) {
 const (
 	genericPlan = `SELECT pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)
 FROM (SELECT pg_catalog.set_config('pgwake.plan_saved', pg_catalog.current_setting('plan_cache_mode'), true)) s`
-	genericPlanEnd = `SELECT pg_catalog.set_config('plan_cache_mode', pg_catalog.current_setting('pgwake.plan_saved'), true)`
 )
 
 // send runs pb (BEGIN and the claim) on the batch's connection.
@@ -341,7 +339,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 		pb.Queue(c.sql.claimAfter, args...).Query(scan)
 	}
 	// The claim statement puts plan_cache_mode back itself
-	// (planRestoredSQL): no genericPlanEnd.
+	// (planRestoredSQL).
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
 	}

@@ -220,7 +220,7 @@ func (r *attemptResult) recorded(rec failRecord) {
 
 // probeByID makes the succeed statement plan without sequential scans, and
 // keep its plan; succeed puts the two settings back as they were once its
-// plan is chosen (planRestoredSQL; probeByIDEnd as a statement of its own). The
+// plan is chosen (planRestoredSQL, probeByIDRestore). The
 // statement moves a batch by id (id = ANY($1)); once a connection has run
 // it five times, PostgreSQL may keep a generic plan, costed for the table as
 // it was then: a connection that warmed up on a small table (a quiet queue,
@@ -244,8 +244,6 @@ func (r *attemptResult) recorded(rec failRecord) {
 const (
 	probeByID = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)
 FROM (SELECT pg_catalog.set_config('pgwake.probe_saved', pg_catalog.current_setting('enable_seqscan') || ' ' || pg_catalog.current_setting('plan_cache_mode'), true)) s`
-	probeByIDEnd = `SELECT pg_catalog.set_config('enable_seqscan', pg_catalog.split_part(pg_catalog.current_setting('pgwake.probe_saved'), ' ', 1), true),
-	pg_catalog.set_config('plan_cache_mode', pg_catalog.split_part(pg_catalog.current_setting('pgwake.probe_saved'), ' ', 2), true)`
 )
 
 // complete records cancels and successes in the claim transaction, deletes
@@ -270,8 +268,8 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	}
 	marked := map[int64]bool{}
 	pb.Queue(probeByID)
-	// succeed puts the settings back itself (planRestoredSQL): no
-	// probeByIDEnd before the COMMIT.
+	// succeed puts the settings back itself (planRestoredSQL) before the
+	// COMMIT.
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })

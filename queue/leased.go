@@ -260,11 +260,10 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 	if jtx.tx == nil {
 		ok, err = c.completions.complete(ctx, c, j.ID, int32(j.Attempt))
 	} else {
-		// On its generic plan, as the grouped completion (flush), and
-		// the handler's setting back before the commit.
+		// On its generic plan, as the grouped completion (flush); the
+		// statement puts the handler's setting back before the commit.
 		marked := map[int64]bool{}
 		pb := c.succeedBatch([]int64{j.ID}, []int32{int32(j.Attempt)}, marked)
-		pb.Queue(genericPlanEnd)
 		err = jtx.tx.SendBatch(ctx, pb).Close()
 		ok = marked[j.ID]
 		switch {

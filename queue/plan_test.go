@@ -164,7 +164,7 @@ func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	require.Equal(t, "off", seqscan)
 	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = auto`) // as a statement in between might
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, probeByIDEnd)
+	_, err = tx.Exec(ctx, `SELECT `+probeByIDRestore)
 	require.NoError(t, err)
 	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode')`).Scan(&seqscan, &mode))
 	require.Equal(t, "on", seqscan)
@@ -250,8 +250,9 @@ func planTable(t *testing.T) (*pgxpool.Pool, string, string) {
 
 // The held claims and succeed put back the planner settings that the
 // statement before them changed for their plan (genericPlan, probeByID)
-// themselves, once their plan is chosen: the claim's round trip sends no
-// genericPlanEnd, the completion's no probeByIDEnd. The settings come back
+// themselves, once their plan is chosen, as does the leased completion
+// (genericPlan): no round trip sends a statement of its own to put them
+// back. The settings come back
 // as the session had them (not the server's defaults), with rows claimed or
 // none, and the statements still ran on the plan the settings chose.
 func TestPlanSettingsEndWithTheStatement(t *testing.T) {
@@ -298,6 +299,7 @@ func TestPlanSettingsEndWithTheStatement(t *testing.T) {
 		{"claim", genericPlan, s.claim, []any{"q", 2, []string{}, []string{}, 2}, 2},
 		{"succeed", probeByID, s.succeed, []any{[]int64{1, 2}, []int64{1, 2}}, 2},
 		{"succeed, none", probeByID, s.succeed, []any{[]int64{}, []int64{}}, 0},
+		{"succeedLeased, none", genericPlan, s.succeedLeased, []any{[]int64{}, []int32{}, "w"}, 0},
 	} {
 		n, seqscan, mode := run(tc.set, tc.stmt, tc.args...)
 		require.Equal(t, tc.rows, n, tc.name)

@@ -324,7 +324,7 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
+SELECT id FROM j WHERE ` + planRestoredSQL(genericPlanRestore)
 	s.failLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
@@ -421,19 +421,18 @@ SELECT * FROM c WHERE ` + planRestoredSQL(genericPlanRestore) + ` ORDER BY prior
 // and is true. It names no column, so PostgreSQL evaluates it once, when the
 // statement's execution starts (a one-time filter, also when no row comes),
 // after the plan was chosen: the statement puts the settings back itself,
-// where a statement of its own after it cost the round trip one more
-// statement (genericPlanEnd, probeByIDEnd). TestClaimsUseTheGenericPlan,
+// where a statement of its own after it would cost the round trip one more
+// statement. TestClaimsUseTheGenericPlan,
 // TestPlanSettingsEndWithTheStatement.
 func planRestoredSQL(restore string) string { return `(SELECT ` + restore + `) IS NOT NULL` }
 
-// genericPlanRestore puts plan_cache_mode back as genericPlan found it (as
-// genericPlanEnd); with no genericPlan earlier in the transaction it sets
+// genericPlanRestore puts plan_cache_mode back as genericPlan found it; with no genericPlan earlier in the transaction it sets
 // the current value again.
 const genericPlanRestore = `pg_catalog.set_config('plan_cache_mode', COALESCE(NULLIF(
 	pg_catalog.current_setting('pgwake.plan_saved', true), ''), pg_catalog.current_setting('plan_cache_mode')), true)`
 
 // probeByIDRestore puts enable_seqscan and plan_cache_mode back as probeByID
-// found them (as probeByIDEnd); with no probeByID earlier in the
+// found them; with no probeByID earlier in the
 // transaction it sets their current values again.
 const probeByIDRestore = `pg_catalog.set_config('enable_seqscan', COALESCE(NULLIF(pg_catalog.split_part(
 	COALESCE(pg_catalog.current_setting('pgwake.probe_saved', true), ''), ' ', 1), ''), pg_catalog.current_setting('enable_seqscan')), true)
