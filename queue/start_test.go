@@ -175,8 +175,17 @@ func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 	total := e.pool.Stat().TotalConns()
 	require.GreaterOrEqual(t, total, int32(3))
 	require.Less(t, total, int32(10), "not one per worker")
+	// The loops' first looks (and the completer's, the heartbeat's) borrow
+	// connections right after Start: read each one once they are back.
+	var conns []*pgxpool.Conn
+	waitFor(t, 10*time.Second, "every connection idle", func() bool {
+		for _, c := range conns {
+			c.Release()
+		}
+		conns = e.pool.AcquireAllIdle(ctx)
+		return int32(len(conns)) == e.pool.Stat().TotalConns()
+	})
 	ready := 0
-	conns := e.pool.AcquireAllIdle(ctx)
 	for _, c := range conns {
 		var n int
 		// "AS started" is in the leased claim only.
