@@ -248,3 +248,34 @@ func TestSlowStreamIsDropped(t *testing.T) {
 		return bytes.Contains([]byte(b), []byte("id: "+strconv.Itoa(streamBacklog+2)+"\nevent: mark\n"))
 	})
 }
+
+// Counters due with a read of the event log go in the same message: one
+// Write and one Flush per stream for the events and the counters.
+func TestCountersRideWithAReadInOneWrite(t *testing.T) {
+	h, recs := openFanout(t, 3)
+	type before struct{ writes, flushes, size int }
+	var was []before
+	for _, r := range recs {
+		w, f, b := r.counts()
+		was = append(was, before{w, f, len(b)})
+	}
+	at := time.Now()
+	evs := []queue.EventInfo{{ID: 1, JobID: 1, Type: queue.EventEnqueued, Queue: "q", Kind: "k", At: at}}
+	require.Equal(t, 1, h.publish(evs, at, []queue.QueueStat{{Queue: "q", Pending: 7}}, true))
+	pgtest.WaitFor(t, 10*time.Second, "the message on every stream", func() bool {
+		for i, r := range recs {
+			if _, _, b := r.counts(); !bytes.Contains([]byte(b[was[i].size:]), []byte("event: stats\n")) {
+				return false
+			}
+		}
+		return true
+	})
+	for i, r := range recs {
+		w, f, b := r.counts()
+		got := b[was[i].size:]
+		require.Equal(t, 1, w-was[i].writes, "stream %d: one write for events and counters", i)
+		require.Equal(t, 1, f-was[i].flushes, "stream %d: one flush", i)
+		require.Contains(t, got, "event: job\n")
+		require.Contains(t, got, `"pending":7`)
+	}
+}
