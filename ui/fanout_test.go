@@ -83,12 +83,7 @@ func openFanout(t *testing.T, n int) (*hub, []*recorder) {
 // bytes (each event encoded once, not once per stream).
 func TestBatchReachesAStreamInOneWrite(t *testing.T) {
 	h, recs := openFanout(t, 10)
-	type before struct{ writes, flushes, size int }
-	var was []before
-	for _, r := range recs {
-		w, f, b := r.counts()
-		was = append(was, before{w, f, len(b)})
-	}
+	was := streamCounts(recs)
 	at := time.Now()
 	var evs []queue.EventInfo
 	for i := range int64(50) {
@@ -253,12 +248,7 @@ func TestSlowStreamIsDropped(t *testing.T) {
 // Write and one Flush per stream for the events and the counters.
 func TestCountersRideWithAReadInOneWrite(t *testing.T) {
 	h, recs := openFanout(t, 3)
-	type before struct{ writes, flushes, size int }
-	var was []before
-	for _, r := range recs {
-		w, f, b := r.counts()
-		was = append(was, before{w, f, len(b)})
-	}
+	was := streamCounts(recs)
 	at := time.Now()
 	evs := []queue.EventInfo{{ID: 1, JobID: 1, Type: queue.EventEnqueued, Queue: "q", Kind: "k", At: at}}
 	require.Equal(t, 1, h.publish(evs, at, []queue.QueueStat{{Queue: "q", Pending: 7}}, true))
@@ -278,4 +268,17 @@ func TestCountersRideWithAReadInOneWrite(t *testing.T) {
 		require.Contains(t, got, "event: job\n")
 		require.Contains(t, got, `"pending":7`)
 	}
+}
+
+// streamCount is what a stream had written when streamCounts took it.
+type streamCount struct{ writes, flushes, size int }
+
+// streamCounts takes each stream's writes, flushes and bytes so far.
+func streamCounts(recs []*recorder) []streamCount {
+	var was []streamCount
+	for _, r := range recs {
+		w, f, b := r.counts()
+		was = append(was, streamCount{w, f, len(b)})
+	}
+	return was
 }
