@@ -171,57 +171,60 @@ func (s *statements) enqueueStatements(t tables) {
 	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[], $12::jsonb[]) e`
 }
 
-// cursorFrom3 and cursorFrom6 are the condition that a job sorts after the
-// claim cursor, given as ($3 or $6 priority, run_after, id); cursorAfter3
-// and cursorAfter6 add, in a walk's range scan of one priority (p), a bound
-// a btree scan can start at. The cursor claims bound their priority walk's
-// first probe with the first and their range scans with the second, so
-// neither reads the index entries before the cursor: mostly jobs that
-// finished since the head was last claimed, each a heap visit while it is
-// too recent to be marked dead in the index (a probe bounded by the
-// priority alone read 100-200 of them per claim in a drain of 10,000 jobs,
-// auto_explain). In the range scan, whose index condition has the priority
-// by equality, PostgreSQL 15 starts at the priority's first entry when the
-// bound is the row (priority, run_after, id): it starts at the cursor with
-// (run_after, id), from the cursor's position in the cursor's priority and
-// from the first entry in any later one. TestCursorClaimsSkipTheJobsBeforeTheCursor.
-const (
-	cursorFrom3  = "AND (j.priority, j.run_after, j.id) > ($3::smallint, $4::timestamptz, $5::bigint)"
-	cursorFrom6  = "AND (j.priority, j.run_after, j.id) > ($6::smallint, $7::timestamptz, $8::bigint)"
-	cursorAfter3 = cursorFrom3 + cursorSeek3
-	cursorAfter6 = cursorFrom6 + cursorSeek6
-	cursorSeek3  = `
-		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = $3::smallint THEN $4::timestamptz ELSE '-infinity'::timestamptz END,
-		      CASE WHEN p.priority = $3::smallint THEN $5::bigint ELSE (-9223372036854775807)::bigint - 1::bigint END)`
-	cursorSeek6 = `
-		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = $6::smallint THEN $7::timestamptz ELSE '-infinity'::timestamptz END,
-		      CASE WHEN p.priority = $6::smallint THEN $8::bigint ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+// claimPos is a position in claim order (priority, run_after, id), as SQL
+// expressions: the claim cursor ($3-$5 or $6-$8) or a claim's head (h).
+type claimPos struct{ priority, runAfter, id string }
+
+var (
+	cursor3 = claimPos{"$3::smallint", "$4::timestamptz", "$5::bigint"}
+	cursor6 = claimPos{"$6::smallint", "$7::timestamptz", "$8::bigint"}
+	headPos = claimPos{"h.priority", "h.run_after", "h.id"}
 )
 
+// after is the condition that a job sorts after c. The cursor claims bound
+// their priority walk's first probe with it.
+func (c claimPos) after() string {
+	return "AND (j.priority, j.run_after, j.id) > (" + c.priority + ", " + c.runAfter + ", " + c.id + ")"
+}
+
+// seek is after with, in a walk's range scan of one priority (p), a bound a
+// btree scan can start at: from c's position in c's priority, from the
+// first entry in a later one and, with earlier given (the run_after that
+// ends the scan at once), past the entries of an earlier one. The cursor
+// claims bound their range scans with it, and the walk of the jobs a claim
+// takes after its head starts at the head with it (the head's walk implies
+// the cursor condition, so it replaces it there), so neither reads the
+// index entries before c: mostly jobs that finished since the head was
+// last claimed, each a heap visit while it is too recent to be marked dead
+// in the index (a probe bounded by the priority alone read 100-200 of them
+// per claim in a drain of 10,000 jobs, auto_explain). In the range scan,
+// whose index condition has the priority by equality, PostgreSQL 15 starts
+// at the priority's first entry when the bound is the row (priority,
+// run_after, id) alone. TestCursorClaimsSkipTheJobsBeforeTheCursor,
+// TestClaimRestSkipsTheJobsBeforeTheHead.
+func (c claimPos) seek(earlier string) string {
+	if earlier != "" {
+		earlier = `
+		      WHEN p.priority < ` + c.priority + ` THEN ` + earlier
+	}
+	return c.after() + `
+		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = ` + c.priority + ` THEN ` + c.runAfter + earlier + ` ELSE '-infinity'::timestamptz END,
+		      CASE WHEN p.priority = ` + c.priority + ` THEN ` + c.id + ` ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+}
+
 // afterHead is the condition, in the walk of the jobs a claim takes after
-// its head h, that a job sorts after the head, with a bound a btree scan of
-// one priority (p) can start at, as cursorSeek3 gives the cursor's: from
-// the head's position in the head's priority, from the first entry in a
-// later one, and past the due entries of an earlier one (none sorts after
-// the head). The head's walk implies the cursor condition, so this one
-// replaces it. A bound on the row (priority, run_after, id) alone started
-// at the priority's first entry (the index entries of the jobs finished
-// before the head, stepped over again; claim read them with a heap visit
-// each, as its walk had no bound at the head). TestClaimRestSkipsTheJobsBeforeTheHead.
-const afterHead = `
-		  AND (j.priority, j.run_after, j.id) > (h.priority, h.run_after, h.id)
-		  AND (j.run_after, j.id) >= (CASE WHEN p.priority = h.priority THEN h.run_after
-		      WHEN p.priority < h.priority THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
-		      CASE WHEN p.priority = h.priority THEN h.id ELSE (-9223372036854775807)::bigint - 1::bigint END)`
+// its head h, that a job sorts after the head, starting the scan at the head
+// (seek); no job of an earlier priority sorts after it.
+var afterHead = "\n\t\t  " + headPos.seek("'infinity'::timestamptz")
 
 // claimStatements: jobs and attempts: claims.
 func (s *statements) claimStatements(t tables) {
 	jobs, attempts := t.jobs, t.attempts
 	s.claim = claimBatchSQL(jobs, attempts, "", "")
-	s.claimAfter = claimBatchSQL(jobs, attempts, cursorFrom6, cursorAfter6)
+	s.claimAfter = claimBatchSQL(jobs, attempts, cursor6.after(), cursor6.seek(""))
 	s.claimOne = claimPlainSQL(jobs, attempts, "", "", "1")
 	s.claimPlain = claimPlainSQL(jobs, attempts, "", "", "$2::int")
-	s.claimPlainAfter = claimPlainSQL(jobs, attempts, cursorFrom3, cursorAfter3, "$2::int")
+	s.claimPlainAfter = claimPlainSQL(jobs, attempts, cursor3.after(), cursor3.seek(""), "$2::int")
 	s.claimRecovered = `
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
@@ -293,7 +296,7 @@ WITH j AS (
 func (s *statements) leasedStatements(t tables) {
 	jobs, events := t.jobs, t.events
 	s.claimLeased = claimLeasedSQL(t, "", "")
-	s.claimLeasedAfter = claimLeasedSQL(t, cursorFrom6, cursorAfter6)
+	s.claimLeasedAfter = claimLeasedSQL(t, cursor6.after(), cursor6.seek(""))
 	s.startLeased = `
 WITH j AS (
 	UPDATE ` + jobs + ` j SET ` + startLeaseSet + `
