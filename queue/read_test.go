@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -503,4 +505,59 @@ func TestJobListLateCommitBelowCursor(t *testing.T) {
 	}
 	require.Equal(t, []int64{ids[3], ids[1], ids[0]}, walk, "the walk went past late's place before it committed")
 	require.Equal(t, []int64{ids[3], ids[2], ids[1], ids[0]}, listIDs(t, e.c, queue.JobListParams{}), "the next walk from the newest")
+}
+
+// SkipSucceeded leaves the recent successes to a caller that counts them
+// from the event log, as the dashboard does; EventsPerSecond seeds such a
+// count: the events of one type per queue and whole second, from a time
+// and up to an event id.
+func TestQueueStatsSkipSucceededAndEventsPerSecond(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	res, err := e.c.EnqueueMany(ctx, []queue.NewJob{{Queue: "ra", Kind: "k"}, {Queue: "rb", Kind: "k"}, {Queue: "rb", Kind: "k"}})
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'succeeded', finished_at = now() WHERE id = $1`, res[0].ID)
+	require.NoError(t, err)
+	stats := func(p queue.QueueStatsParams) []queue.QueueStat {
+		st, err := e.c.QueueStats(ctx, p)
+		require.NoError(t, err)
+		for i := range st {
+			st[i].OldestPendingAgeSec = 0 // a few ms
+		}
+		return st
+	}
+	st := stats(queue.QueueStatsParams{})
+	require.Equal(t, []queue.QueueStat{{Queue: "ra", SucceededLastMinute: 1}, {Queue: "rb", Pending: 2}}, st)
+	st = stats(queue.QueueStatsParams{SkipSucceeded: true})
+	require.Equal(t, []queue.QueueStat{{Queue: "rb", Pending: 2}}, st, "ra listed by its success alone")
+
+	base := time.Now().Truncate(time.Second).Add(-10 * time.Second)
+	ins := `INSERT INTO ` + e.table("events") + ` (job_id, type, queue, kind, attempt, at) VALUES ($1, $2, $3, 'k', 1, $4)`
+	for _, ev := range []struct {
+		job    int64
+		typ, q string
+		at     time.Time
+	}{
+		{res[0].ID, "succeeded", "ra", base.Add(200 * time.Millisecond)},
+		{res[0].ID, "succeeded", "ra", base.Add(700 * time.Millisecond)},
+		{res[1].ID, "succeeded", "rb", base.Add(1500 * time.Millisecond)},
+		{res[1].ID, "failed", "rb", base.Add(500 * time.Millisecond)},
+		{res[2].ID, "succeeded", "rb", base.Add(-30 * time.Second)}, // before since
+	} {
+		_, err = e.pool.Exec(ctx, ins, ev.job, ev.typ, ev.q, ev.at)
+		require.NoError(t, err)
+	}
+	last, err := e.c.LastEventID(ctx)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, ins, res[2].ID, "succeeded", "rb", base) // after upToID
+	require.NoError(t, err)
+
+	got, err := e.c.EventsPerSecond(ctx, queue.EventSucceeded, base.Add(-5*time.Second), last)
+	require.NoError(t, err)
+	slices.SortFunc(got, func(a, b queue.EventsInSecond) int { return strings.Compare(a.Queue, b.Queue) })
+	require.Equal(t, []queue.EventsInSecond{
+		{Queue: "ra", Second: base.Unix(), Count: 2},
+		{Queue: "rb", Second: base.Unix() + 1, Count: 1},
+	}, got)
 }

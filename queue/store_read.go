@@ -31,6 +31,13 @@ type readStatements struct {
 	// minute, seconds since the oldest due job's run_after (NULL: none
 	// due), paused.
 	stats string
+	// statsNoSucceeded is stats without the count of recently succeeded
+	// jobs (always 0), and without the queues that only such jobs list.
+	statsNoSucceeded string
+	// eventsPerSecond counts the events of type $1 written at or after $2
+	// with id at most $3, per queue and whole second of their time. Rows:
+	// queue, second (unix), count.
+	eventsPerSecond string
 	// estimate* are the planner's row estimates for queue $1's pending due,
 	// pending scheduled, failed and recently succeeded jobs, for counts
 	// above the exact limit: EXPLAIN of the matching query.
@@ -88,7 +95,10 @@ ORDER BY id DESC LIMIT $8::int`,
 		eventsByID:  `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
 		lastEventID: `SELECT coalesce(max(id), 0) FROM ` + events,
 		eventCount:  `SELECT count(*) FROM ` + events + ` WHERE id > $1::bigint`,
-		stats:       statsSQL(jobs, attempts, paused),
+		stats:       statsSQL(jobs, attempts, paused, true),
+		eventsPerSecond: `SELECT queue, pg_catalog.floor(extract(epoch FROM at))::bigint, count(*) FROM ` + events + `
+WHERE type = $1::text AND at >= $2::timestamptz AND id <= $3::bigint GROUP BY 1, 2`,
+		statsNoSucceeded: statsSQL(jobs, attempts, paused, false),
 
 		estimatePending:   `EXPLAIN (FORMAT JSON) ` + pendingDue,
 		estimateScheduled: `EXPLAIN (FORMAT JSON) ` + pendingLater,
@@ -107,9 +117,17 @@ ON CONFLICT (id) DO UPDATE SET seen_at = clock_timestamp()`,
 // (queue, priority, run_after), counted up to $1 rows each. The oldest due
 // job is the first entry of each pair's range. Failed jobs: a loose scan of
 // the failed index, counted up to $1 per queue; recently succeeded ones: a
-// range of the finished index, up to $1 rows. Running: the leased jobs
-// (lease index) and the attempt records of held claims.
-func statsSQL(jobs, attempts, paused string) string {
+// range of the finished index, up to $1 rows (left out without
+// succeeded). Running: the leased jobs (lease index) and the attempt
+// records of held claims.
+func statsSQL(jobs, attempts, paused string, succeeded bool) string {
+	recent := ""
+	if succeeded {
+		recent = `
+	UNION ALL
+	SELECT queue, 0, 0, 0, 0, 0, count(*), NULL FROM (SELECT queue FROM ` + jobs + `
+		WHERE state = 'succeeded' AND finished_at > now() - interval '1 minute' LIMIT $1::int) s GROUP BY queue`
+	}
 	return `
 WITH RECURSIVE qp AS (
 	(SELECT queue, priority FROM ` + jobs + ` WHERE state = 'pending' ORDER BY queue, priority LIMIT 1)
@@ -143,10 +161,7 @@ WITH RECURSIVE qp AS (
 	UNION ALL
 	SELECT fq.queue, 0, 0, 0, 0, (SELECT count(*) FROM (SELECT 1 FROM ` + jobs + ` j
 		WHERE j.state = 'failed' AND j.queue = fq.queue LIMIT $1::int) c), 0, NULL
-	FROM fq WHERE fq.queue IS NOT NULL
-	UNION ALL
-	SELECT queue, 0, 0, 0, 0, 0, count(*), NULL FROM (SELECT queue FROM ` + jobs + `
-		WHERE state = 'succeeded' AND finished_at > now() - interval '1 minute' LIMIT $1::int) s GROUP BY queue
+	FROM fq WHERE fq.queue IS NOT NULL` + recent + `
 	UNION ALL
 	SELECT queue, 0, 0, 0, 0, 0, 0, NULL FROM ` + paused + `
 )

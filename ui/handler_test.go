@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -13,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
 )
@@ -409,4 +414,75 @@ func TestCSPAndCrossOriginActions(t *testing.T) {
 	j, err := b.client.JobGet(ctx, r.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.StatePending, j.State, "a cross-origin action changed nothing")
+}
+
+// The counters' successes of the last minute are counted by the feed: the
+// ones before it started from the event log once, the later ones as it
+// reads them, so its counter reads skip that count; a queue that only
+// recent successes name is still listed.
+func TestSucceededLastMinuteCountedByTheFeed(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	worker, err := queue.New(pool, queue.Config{Schema: schema, Logger: zap.NewNop(),
+		Queues:   map[string]queue.QueueConfig{"done": {MaxWorkers: 2}, "only": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })}})
+	require.NoError(t, err)
+	pgtest.RunInBackground(t, "worker", worker.Run)
+	succeeded := func(q string, n int64) {
+		pgtest.WaitFor(t, 30*time.Second, "jobs succeeded", func() bool {
+			st, err := worker.QueueStats(ctx, queue.QueueStatsParams{})
+			require.NoError(t, err)
+			for _, s := range st {
+				if s.Queue == q {
+					return s.SucceededLastMinute == n && s.Pending == 0 && s.Running == 0
+				}
+			}
+			return false
+		})
+	}
+	enqueue := func(q string, n int) {
+		for range n {
+			_, err := worker.Enqueue(ctx, queue.NewJob{Queue: q, Kind: "k"})
+			require.NoError(t, err)
+		}
+	}
+	enqueue("done", 5)
+	succeeded("done", 5)
+
+	b := setup(t, ui.Config{Client: worker, RefreshInterval: time.Hour})
+	ch := stream(t, ctx, b.url+"/events", "")
+	counts := func(want map[string]int64) {
+		pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("counters %v", want), func() bool {
+			for {
+				select {
+				case e := <-ch:
+					if e.event != "stats" {
+						continue
+					}
+					var m struct{ Queues []queue.QueueStat }
+					require.NoError(t, json.Unmarshal([]byte(e.data), &m))
+					got := map[string]int64{}
+					for _, s := range m.Queues {
+						got[s.Queue] = s.SucceededLastMinute
+					}
+					if maps.Equal(got, want) {
+						return true
+					}
+				default:
+					return false
+				}
+			}
+		})
+	}
+	counts(map[string]int64{"done": 5})
+	enqueue("done", 3)
+	enqueue("only", 2)
+	succeeded("done", 8)
+	succeeded("only", 2)
+	counts(map[string]int64{"done": 8, "only": 2})
 }

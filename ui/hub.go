@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,15 +146,20 @@ type hub struct {
 	stats   []byte // the last stats message
 	stale   bool   // a refresh was skipped: no stream was open
 	samples []sample
-	enqAt   map[int64]time.Time // enqueue times of recent jobs, for latency
-	lastSt  time.Time
-	statsQ  int // QueueStats calls, for tests and docs
-	tailQ   int // event log reads
+	// succ counts the succeeded events of the last minute per whole second
+	// (unix) and queue: the counters' SucceededLastMinute, which
+	// QueueStats would count from the jobs table at every refresh.
+	succ   map[int64]map[string]int64
+	enqAt  map[int64]time.Time // enqueue times of recent jobs, for latency
+	lastSt time.Time
+	statsQ int // QueueStats calls, for tests and docs
+	tailQ  int // event log reads
 }
 
 func newHub(cfg Config) *hub {
 	return &hub{cfg: cfg, client: cfg.Client, log: cfg.Logger.Named("ui"), kick: make(chan struct{}, 1), statsKick: make(chan struct{}, 1), start: make(chan struct{}),
-		subs: map[*subscriber]struct{}{}, seen: map[int64]bool{}, missing: map[int64]time.Time{}, enqAt: map[int64]time.Time{}}
+		subs: map[*subscriber]struct{}{}, seen: map[int64]bool{}, missing: map[int64]time.Time{}, enqAt: map[int64]time.Time{},
+		succ: map[int64]map[string]int64{}}
 }
 
 func (h *hub) poke() {
@@ -196,7 +202,19 @@ func (h *hub) run(ctx context.Context) error {
 		}
 		return err
 	}
+	// The successes of the last minute up to the first event the feed
+	// reads; the feed counts the later ones as it reads them.
+	seed, err := h.client.EventsPerSecond(ctx, queue.EventSucceeded, time.Now().Add(-time.Minute-time.Second), last)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	h.mu.Lock()
+	for _, s := range seed {
+		h.countSucceeded(s.Second, s.Queue, s.Count)
+	}
 	h.low, h.maxSeen, h.ready = last, last, true
 	h.mu.Unlock()
 	h.startOnce.Do(func() { close(h.start) })
@@ -412,7 +430,9 @@ func (h *hub) sample(e queue.EventInfo) {
 		}
 		h.enqAt[e.JobID] = e.At
 		return
-	case queue.EventSucceeded, queue.EventFailed:
+	case queue.EventSucceeded:
+		h.countSucceeded(e.At.Unix(), e.Queue, 1)
+	case queue.EventFailed:
 	default:
 		return
 	}
@@ -443,6 +463,52 @@ func (h *hub) sample(e queue.EventInfo) {
 		s.latStale = true
 		delete(h.enqAt, e.JobID)
 	}
+}
+
+// countSucceeded adds n successes of queue q in second sec. Held under
+// h.mu.
+func (h *hub) countSucceeded(sec int64, q string, n int64) {
+	qs := h.succ[sec]
+	if qs == nil {
+		for old := range h.succ { // bounded while no page asks for counters
+			if old < sec-61 {
+				delete(h.succ, old)
+			}
+		}
+		qs = map[string]int64{}
+		h.succ[sec] = qs
+	}
+	qs[q] += n
+}
+
+// withSucceeded sets each queue's SucceededLastMinute in st to the
+// successes the feed counted in the whole seconds after one minute before
+// now, lists the queues that only those successes name, and forgets the
+// older seconds. Held under h.mu.
+func (h *hub) withSucceeded(st []queue.QueueStat, now time.Time) []queue.QueueStat {
+	from := now.Add(-time.Minute).Unix()
+	per := map[string]int64{}
+	for sec, qs := range h.succ {
+		if sec <= from {
+			delete(h.succ, sec)
+			continue
+		}
+		for q, n := range qs {
+			per[q] += n
+		}
+	}
+	for i := range st {
+		st[i].SucceededLastMinute = per[st[i].Queue]
+		delete(per, st[i].Queue)
+	}
+	if len(per) == 0 {
+		return st
+	}
+	for q, n := range per {
+		st = append(st, queue.QueueStat{Queue: q, SucceededLastMinute: n})
+	}
+	slices.SortFunc(st, func(a, b queue.QueueStat) int { return strings.Compare(a.Queue, b.Queue) })
+	return st
 }
 
 // medians sets the latency median of the samples whose latencies grew
@@ -481,7 +547,8 @@ func (h *hub) readStats(ctx context.Context, at time.Time) ([]queue.QueueStat, b
 	if idle {
 		return nil, false
 	}
-	st, err := h.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit})
+	// The feed counts the successes itself (withSucceeded).
+	st, err := h.client.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: h.cfg.ExactLimit, SkipSucceeded: true})
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn("reading queue stats failed", zap.Error(err))
@@ -500,6 +567,7 @@ func (h *hub) appendStats(b []byte, st []queue.QueueStat) []byte {
 	h.statsQ++
 	h.stale = false
 	h.medians()
+	st = h.withSucceeded(st, time.Now())
 	data, _ := json.Marshal(statsMessage{Queues: st, Samples: h.samples, At: time.Now()})
 	h.stats = data
 	return appendFrame(b, "stats", 0, false, data)
