@@ -432,13 +432,15 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 	return time.Now().Add(time.Duration(d * float64(time.Millisecond))), nil
 }
 
-// asyncClaim makes the leased claim's commit return before its WAL is
-// flushed (synchronous_commit off for that transaction only): the handler
-// starts a flush earlier. The job's completion commits synchronously, and
-// flushes the claim with it. Only a database crash in between (before the
-// WAL writer's next flush) can forget the claim: the job is then pending
-// again, its attempt and its started event not recorded (docs/semantics.md).
-const asyncClaim = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
+// asyncCommit makes a transaction's commit return before its WAL is
+// flushed (synchronous_commit off for that transaction only). The leased
+// claim uses it: the handler starts a flush earlier. The job's completion
+// commits synchronously, and flushes the claim with it. Only a database
+// crash in between (before the WAL writer's next flush) can forget the
+// claim: the job is then pending again, its attempt and its started event
+// not recorded (docs/semantics.md). The held completion uses it when no
+// handler of the batch touched the transaction (complete).
+const asyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
 
 // claimLeased claims and starts up to n due leased jobs of queue in one
 // statement with no transaction around it (claimLeased in store.go): one
@@ -454,9 +456,9 @@ func (c *Client) claimLeased(ctx context.Context, queue string, n int, after *cl
 			stmt, args = c.sql.claimLeasedAfter, append(args, after.priority, after.runAfter, after.id)
 		}
 		// One round trip, one implicit transaction (a batch ends with one
-		// Sync): its commit does not wait for the WAL flush (asyncClaim).
+		// Sync): its commit does not wait for the WAL flush (asyncCommit).
 		pb := &pgx.Batch{}
-		pb.Queue(asyncClaim)
+		pb.Queue(asyncCommit)
 		pb.Queue(stmt, args...).Query(func(rows pgx.Rows) (err error) {
 			held, err = scanLeasedClaim(b, rows)
 			return err

@@ -49,6 +49,9 @@ type batchRun struct {
 	results []attemptResult // attempts whose outcome is in the claim transaction (or to be, for successes)
 	broken  error           // not nil: the claim transaction is gone
 	culprit *attemptResult  // the attempt that broke it, when known
+	// wrote: a handler touched the claim transaction (took its savepoint),
+	// so the commit waits for the WAL flush.
+	wrote bool
 }
 
 // execute runs batch b to the end and returns its connection to the pool.
@@ -164,6 +167,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 			herr = Cancel(errCancelledWhileRunning) // whatever it returned
 		}
 		stop(nil)
+		run.wrote = run.wrote || jtx.savepoint
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
 		switch b.conn.Conn().PgConn().TxStatus() {
@@ -248,7 +252,10 @@ FROM (SELECT pg_catalog.set_config('pgwake.probe_saved', pg_catalog.current_sett
 
 // complete records cancels and successes in the claim transaction, deletes
 // the batch's attempt records and commits, in one round trip, then returns
-// the connection to the pool.
+// the connection to the pool. When no handler touched the transaction, the
+// commit holds nothing but pgwake's own records and does not wait for the
+// WAL flush (asyncCommit): a database crash that forgets it leaves the
+// jobs pending to run again, as a crash just before the commit would.
 func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	defer b.release()
 	var succeeded []int64
@@ -271,6 +278,9 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	// succeed puts the settings back itself (planRestoredSQL) before the
 	// COMMIT.
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
+	if !run.wrote {
+		pb.Queue(asyncCommit)
+	}
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {

@@ -579,6 +579,59 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 	}
 }
 
+// A held batch whose handlers did not touch the claim transaction commits
+// its completion without waiting for the WAL flush (it holds only pgwake's
+// records: a crash that forgets it is a crash before it); a batch whose
+// handler wrote in it waits, so the handler's writes are durable once its
+// job is succeeded. The setting ends with the transaction.
+func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
+	t.Parallel()
+	rec := &batchRecorder{cur: map[*pgx.Conn][]string{}}
+	pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rec })
+	e := newEnvWithPool(t, pool, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		Handlers: map[string]queue.Handler{
+			"quiet": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil }),
+			"writer": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ *queue.Job) error {
+				_, err := tx.Exec(ctx, `SELECT 1`)
+				return err
+			}),
+		},
+	})
+	e.run()
+	// completions returns, in order, whether each completion batch (the one
+	// that ends in COMMIT after the successes' update) was sent behind
+	// synchronous_commit = off.
+	completions := func() []bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var out []bool
+		for _, b := range rec.batches {
+			if len(b) < 2 || b[len(b)-1] != "COMMIT" || !strings.Contains(strings.Join(b, " "), "probe_saved") {
+				continue
+			}
+			out = append(out, strings.Contains(b[len(b)-2], "'synchronous_commit', 'off', true"))
+		}
+		return out
+	}
+	for i, kind := range []string{"quiet", "writer", "quiet"} {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: kind})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, kind+" job succeeded", func() bool {
+			return e.count(`state = 'succeeded'`) == i+1 && len(completions()) == i+1
+		})
+	}
+	require.Equal(t, []bool{true, false, true}, completions())
+	conns := pool.AcquireAllIdle(context.Background())
+	require.NotEmpty(t, conns)
+	for _, c := range conns {
+		var v string
+		require.NoError(t, c.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&v))
+		c.Release()
+		require.Equal(t, "on", v, "the setting ended with the completion's transaction")
+	}
+}
+
 // The grouped completion of leased successes runs with its generic plan
 // (a probe of the primary key per job), never a custom plan: with the
 // table's statistics gathered while no job ran, the custom plans
