@@ -569,13 +569,21 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	require.Positive(t, claims, "a leased claim sent behind synchronous_commit = off")
+	requireSynchronousCommitOn(t, pool)
+}
+
+// requireSynchronousCommitOn checks that every idle connection of pool has
+// synchronous_commit on: a transaction-local setting ended with its
+// transaction.
+func requireSynchronousCommitOn(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
 	conns := pool.AcquireAllIdle(context.Background())
 	require.NotEmpty(t, conns)
 	for _, c := range conns {
 		var v string
 		require.NoError(t, c.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&v))
 		c.Release()
-		require.Equal(t, "on", v, "the setting ended with the claim's transaction")
+		require.Equal(t, "on", v, "the setting ended with its transaction")
 	}
 }
 
@@ -622,14 +630,7 @@ func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 		})
 	}
 	require.Equal(t, []bool{true, false, true}, completions())
-	conns := pool.AcquireAllIdle(context.Background())
-	require.NotEmpty(t, conns)
-	for _, c := range conns {
-		var v string
-		require.NoError(t, c.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&v))
-		c.Release()
-		require.Equal(t, "on", v, "the setting ended with the completion's transaction")
-	}
+	requireSynchronousCommitOn(t, pool)
 }
 
 // The grouped completion of leased successes runs with its generic plan
