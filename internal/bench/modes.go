@@ -228,6 +228,15 @@ func (rn *runner) fresh(ctx context.Context, f func() error) (err error) {
 }
 
 // checkpoint asks for a CHECKPOINT; without the privilege it does nothing.
+// walStats reads how many times the cluster synced its WAL to disk and how
+// many WAL bytes it wrote so far (pg_stat_wal). Processes report these at
+// most once a second and when they exit, so the difference over a run is
+// approximate. ok is false when they cannot be read.
+func walStats(ctx context.Context, pool *pgxpool.Pool) (syncs, bytes float64, ok bool) {
+	err := pool.QueryRow(ctx, `SELECT wal_sync::float8, wal_bytes::float8 FROM pg_stat_wal`).Scan(&syncs, &bytes)
+	return syncs, bytes, err == nil
+}
+
 func checkpoint(ctx context.Context, pool *pgxpool.Pool) {
 	_, _ = pool.Exec(ctx, "CHECKPOINT")
 }
@@ -338,6 +347,7 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		}
 		rn.logf("%s: %s: %d jobs at %.0f/s", rn.sys.Name(), mode, n, rate)
 		commits := make([]atomic.Int64, n)
+		syncs0, bytes0, walOK := walStats(ctx, rn.env.Pool)
 		t0 := time.Since(base)
 		enqLat, perr := produceAtRate(ctx, rn.sys, n, rate, base, commits)
 		produced := time.Since(base) - t0
@@ -347,6 +357,10 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 			sleepCtx(ctx, 200*time.Millisecond)
 		}
 		serr := stop()
+		if syncs1, bytes1, ok := walStats(ctx, rn.env.Pool); ok && walOK {
+			res.Extra["wal_syncs_per_job"] = (syncs1 - syncs0) / float64(n)
+			res.Extra["wal_bytes_per_job"] = (bytes1 - bytes0) / float64(n)
+		}
 		rn.diagnose(&res)
 		es := Summarize(enqLat)
 		res.Extra["enqueue_p50_ms"], res.Extra["enqueue_p99_ms"] = es.P50, es.P99
