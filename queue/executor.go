@@ -50,7 +50,7 @@ type batchRun struct {
 	broken  error           // not nil: the claim transaction is gone
 	culprit *attemptResult  // the attempt that broke it, when known
 	// wrote: a handler touched the claim transaction (took its savepoint),
-	// so the commit waits for the WAL flush.
+	// so the commit waits for the WAL flush (complete).
 	wrote bool
 }
 
@@ -252,10 +252,12 @@ FROM (SELECT pg_catalog.set_config('pgwake.probe_saved', pg_catalog.current_sett
 
 // complete records cancels and successes in the claim transaction, deletes
 // the batch's attempt records and commits, in one round trip, then returns
-// the connection to the pool. When no handler touched the transaction, the
-// commit holds nothing but pgwake's own records and does not wait for the
-// WAL flush (asyncCommit): a database crash that forgets it leaves the
-// jobs pending to run again, as a crash just before the commit would.
+// the connection to the pool. When every job succeeded, no handler touched
+// the transaction and no cancel was asked, the commit holds nothing but
+// the successes and does not wait for the WAL flush (asyncCommit): a
+// database crash that forgets it leaves the jobs pending to run again, as
+// a crash just before the commit would. A failure or a cancel, which a
+// caller may wait for (Cancel), is flushed before it is reported.
 func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	defer b.release()
 	var succeeded []int64
@@ -270,15 +272,16 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	}
 	pb := &pgx.Batch{}
 	skipped := map[int64]bool{}
-	if ids := b.cancelled(); len(ids) > 0 {
-		pb.Queue(c.sql.cancel, ids).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
+	cancels := b.cancelled()
+	if len(cancels) > 0 {
+		pb.Queue(c.sql.cancel, cancels).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
 	marked := map[int64]bool{}
 	pb.Queue(probeByID)
 	// succeed puts the settings back itself (planRestoredSQL) before the
 	// COMMIT.
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
-	if !run.wrote {
+	if !run.wrote && len(cancels) == 0 && allSucceeded(run.results) {
 		pb.Queue(asyncCommit)
 	}
 	var tag pgconn.CommandTag

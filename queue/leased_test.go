@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -587,11 +588,12 @@ func requireSynchronousCommitOn(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// A held batch whose handlers did not touch the claim transaction commits
-// its completion without waiting for the WAL flush (it holds only pgwake's
-// records: a crash that forgets it is a crash before it); a batch whose
-// handler wrote in it waits, so the handler's writes are durable once its
-// job is succeeded. The setting ends with the transaction.
+// A held batch whose jobs all succeeded without their handlers touching the
+// claim transaction commits its completion without waiting for the WAL
+// flush (it holds only the successes: a crash that forgets it is a crash
+// before it); a batch whose handler wrote in it waits, so the handler's
+// writes are durable once its job is succeeded, and so does one with a
+// failure. The setting ends with the transaction.
 func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 	t.Parallel()
 	rec := &batchRecorder{cur: map[*pgx.Conn][]string{}}
@@ -604,6 +606,7 @@ func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 				_, err := tx.Exec(ctx, `SELECT 1`)
 				return err
 			}),
+			"failer": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return errors.New("no") }),
 		},
 	})
 	e.run()
@@ -622,14 +625,15 @@ func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 		}
 		return out
 	}
-	for i, kind := range []string{"quiet", "writer", "quiet"} {
-		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: kind})
+	for i, kind := range []string{"quiet", "writer", "failer", "quiet"} {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: kind, MaxAttempts: 1})
 		require.NoError(t, err)
-		waitFor(t, 30*time.Second, kind+" job succeeded", func() bool {
-			return e.count(`state = 'succeeded'`) == i+1 && len(completions()) == i+1
+		waitFor(t, 30*time.Second, kind+" job done", func() bool {
+			return e.count(`state IN ('succeeded', 'failed')`) == i+1 && len(completions()) == i+1
 		})
 	}
-	require.Equal(t, []bool{true, false, true}, completions())
+	require.Equal(t, []bool{true, false, false, true}, completions())
+	require.Equal(t, 1, e.count(`state = 'failed'`))
 	requireSynchronousCommitOn(t, pool)
 }
 
