@@ -212,6 +212,7 @@ func (h *hub) run(ctx context.Context) error {
 		return err
 	}
 	h.mu.Lock()
+	clear(h.succ)
 	for _, s := range seed {
 		h.countSucceeded(s.Second, s.Queue, s.Count)
 	}
