@@ -26,10 +26,13 @@ type Client struct {
 	channel string
 	metrics *metrics
 
-	id     string // names this client in the waiters and attempts tables
-	loops  map[string]*queueLoop
-	kinds  kindStats
-	leased map[string]bool // Config.LeasedKinds
+	id    string // names this client in the waiters and attempts tables
+	loops map[string]*queueLoop
+	kinds kindStats
+	// timeouts is each kind's timeout with the cause its expiry gives
+	// (made at New: a per-attempt fmt.Errorf was three allocations a job).
+	timeouts map[string]kindTimeout
+	leased   map[string]bool // Config.LeasedKinds
 	// onlyLeased: every handler's kind is leased (any other due job is of
 	// a kind this client cannot run).
 	onlyLeased bool
@@ -105,15 +108,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 			zap.Int("pool_max_conns", mc), zap.Int("need", need))
 	}
 	c := &Client{
-		pool:    pool,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		sql:     newStatements(cfg.Schema),
-		channel: WakeChannel(cfg.Schema),
-		loops:   map[string]*queueLoop{},
-		kinds:   newKindStats(cfg),
-		leased:  map[string]bool{},
-		id:      newClientID(),
+		pool:     pool,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		sql:      newStatements(cfg.Schema),
+		channel:  WakeChannel(cfg.Schema),
+		loops:    map[string]*queueLoop{},
+		kinds:    newKindStats(cfg),
+		timeouts: newKindTimeouts(cfg),
+		leased:   map[string]bool{},
+		id:       newClientID(),
 
 		pauseResync: make(chan struct{}, 1),
 	}

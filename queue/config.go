@@ -293,6 +293,29 @@ func (c Config) validate() error {
 	return c.Retention.validate()
 }
 
+// kindTimeout is a kind's job timeout (0: none) and the cause its expiry
+// gives the handler's context.
+type kindTimeout struct {
+	d     time.Duration
+	cause error
+}
+
+// newKindTimeouts makes the timeout of every registered kind.
+func newKindTimeouts(cfg Config) map[string]kindTimeout {
+	m := make(map[string]kindTimeout, len(cfg.Handlers))
+	for kind := range cfg.Handlers {
+		m[kind] = makeKindTimeout(cfg.timeout(kind))
+	}
+	return m
+}
+
+func makeKindTimeout(d time.Duration) kindTimeout {
+	if d <= 0 {
+		return kindTimeout{}
+	}
+	return kindTimeout{d: d, cause: fmt.Errorf("%w after %s", ErrJobTimeout, d)}
+}
+
 func (c Config) timeout(kind string) time.Duration {
 	if d, ok := c.KindTimeouts[kind]; ok {
 		return d

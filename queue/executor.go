@@ -260,7 +260,7 @@ FROM (SELECT pg_catalog.set_config('pgwake.probe_saved', pg_catalog.current_sett
 // caller may wait for (Cancel), is flushed before it is reported.
 func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	defer b.release()
-	var succeeded []int64
+	succeeded := make([]int64, 0, len(run.results))
 	for _, r := range run.results {
 		if r.err == nil {
 			succeeded = append(succeeded, r.job.ID)
@@ -271,12 +271,13 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 		all[i] = cj.job.ID
 	}
 	pb := &pgx.Batch{}
-	skipped := map[int64]bool{}
+	var skipped map[int64]bool // read only, so nil when nothing was cancelled
 	cancels := b.cancelled()
 	if len(cancels) > 0 {
+		skipped = make(map[int64]bool, len(cancels))
 		pb.Queue(c.sql.cancel, cancels).Query(func(rows pgx.Rows) error { return collectIDs(rows, skipped) })
 	}
-	marked := map[int64]bool{}
+	marked := make(map[int64]bool, len(succeeded))
 	pb.Queue(probeByID)
 	// succeed puts the settings back itself (planRestoredSQL) before the
 	// COMMIT.
@@ -307,13 +308,9 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 // collectIDs adds the first column of rows (an id) to into.
 func collectIDs(rows pgx.Rows, into map[int64]bool) error {
 	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return err
-		}
-		id, ok := vals[0].(int64)
-		if !ok {
-			return fmt.Errorf("internal error: id column is %T", vals[0])
 		}
 		into[id] = true
 	}
@@ -375,12 +372,15 @@ func (c *Client) failAlone(ctx context.Context, l *queueLoop, r attemptResult) {
 // report logs an attempt's outcome and counts it in the metrics.
 func (c *Client) report(l *queueLoop, r attemptResult) {
 	j := r.job
-	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("kind", j.Kind),
-		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)} // l.log has the queue
-	if r.err != nil {
-		// As stored: handler errors can be megabytes (an exec handler's stderr).
-		fields = append(fields, zap.String("error", truncateError(r.err.Error(), c.cfg.MaxErrorBytes)))
+	if r.err == nil && r.outcome == "" {
+		// A success: its fields are built only when debug logging is on.
+		c.metrics.observe(j, outcomeSucceeded, r.dur)
+		if ce := l.log.Check(zap.DebugLevel, "job succeeded"); ce != nil {
+			ce.Write(c.reportFields(r)...)
+		}
+		return
 	}
+	fields := c.reportFields(r)
 	switch {
 	case r.outcome == outcomeSnoozed:
 		c.metrics.observe(j, r.outcome, r.dur)
@@ -389,11 +389,6 @@ func (c *Client) report(l *queueLoop, r attemptResult) {
 	case r.outcome != "":
 		c.metrics.observe(j, r.outcome, r.dur)
 		l.log.Info("attempt ended: "+r.outcome, fields...)
-	case r.err == nil:
-		c.metrics.observe(j, outcomeSucceeded, r.dur)
-		if ce := l.log.Check(zap.DebugLevel, "job succeeded"); ce != nil {
-			ce.Write(fields...)
-		}
 	case r.state == StateFailed:
 		c.metrics.observe(j, outcomeFailed, r.dur)
 		l.log.Warn("job failed for good", fields...)
@@ -408,6 +403,19 @@ func (c *Client) report(l *queueLoop, r attemptResult) {
 	}
 }
 
+// reportFields are the log fields of an attempt's outcome (l.log has the
+// queue).
+func (c *Client) reportFields(r attemptResult) []zap.Field {
+	j := r.job
+	fields := []zap.Field{zap.Int64("job_id", j.ID), zap.String("kind", j.Kind),
+		zap.Int("attempt", j.Attempt), zap.Duration("duration", r.dur)}
+	if r.err != nil {
+		// As stored: handler errors can be megabytes (an exec handler's stderr).
+		fields = append(fields, zap.String("error", truncateError(r.err.Error(), c.cfg.MaxErrorBytes)))
+	}
+	return fields
+}
+
 func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err error) {
 	h, ok := c.cfg.Handlers[j.Kind]
 	if !ok {
@@ -415,9 +423,8 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 	}
 	ctx := hardCtx
 	var cancel context.CancelFunc = func() {}
-	timeout := c.cfg.timeout(j.Kind)
-	if timeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(hardCtx, timeout, fmt.Errorf("%w after %s", ErrJobTimeout, timeout))
+	if t := c.timeouts[j.Kind]; t.d > 0 {
+		ctx, cancel = context.WithTimeoutCause(hardCtx, t.d, t.cause)
 	}
 	defer cancel()
 	if hook := c.cfg.Hooks.Work; hook != nil {
