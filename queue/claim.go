@@ -438,8 +438,9 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 // commits synchronously, and flushes the claim with it. Only a database
 // crash in between (before the WAL writer's next flush) can forget the
 // claim: the job is then pending again, its attempt and its started event
-// not recorded (docs/semantics.md). The held completion uses it when no
-// handler of the batch touched the transaction (complete).
+// not recorded (docs/semantics.md). The held completion uses it when every
+// job of the batch succeeded without touching the transaction and no cancel
+// was asked (complete).
 const asyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
 
 // claimLeased claims and starts up to n due leased jobs of queue in one

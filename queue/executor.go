@@ -282,7 +282,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	// succeed puts the settings back itself (planRestoredSQL) before the
 	// COMMIT.
 	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
-	if !run.wrote && len(cancels) == 0 && allSucceeded(run.results) {
+	if !run.wrote && len(cancels) == 0 && len(succeeded) == len(run.results) {
 		pb.Queue(asyncCommit)
 	}
 	var tag pgconn.CommandTag

@@ -484,14 +484,13 @@ func (h *hub) countSucceeded(sec int64, q string, n int64) {
 
 // withSucceeded sets each queue's SucceededLastMinute in st to the
 // successes the feed counted in the whole seconds after one minute before
-// now, lists the queues that only those successes name, and forgets the
-// older seconds. Held under h.mu.
+// now, and lists the queues that only those successes name (countSucceeded
+// forgets the older seconds). Held under h.mu.
 func (h *hub) withSucceeded(st []queue.QueueStat, now time.Time) []queue.QueueStat {
 	from := now.Add(-time.Minute).Unix()
 	per := map[string]int64{}
 	for sec, qs := range h.succ {
 		if sec <= from {
-			delete(h.succ, sec)
 			continue
 		}
 		for q, n := range qs {

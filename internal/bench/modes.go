@@ -227,7 +227,6 @@ func (rn *runner) fresh(ctx context.Context, f func() error) (err error) {
 	return f()
 }
 
-// checkpoint asks for a CHECKPOINT; without the privilege it does nothing.
 // walStats reads how many times the cluster synced its WAL to disk and how
 // many WAL bytes it wrote so far (pg_stat_wal). Processes report these at
 // most once a second and when they exit, so the difference over a run is
@@ -237,6 +236,7 @@ func walStats(ctx context.Context, pool *pgxpool.Pool) (syncs, bytes float64, ok
 	return syncs, bytes, err == nil
 }
 
+// checkpoint asks for a CHECKPOINT; without the privilege it does nothing.
 func checkpoint(ctx context.Context, pool *pgxpool.Pool) {
 	_, _ = pool.Exec(ctx, "CHECKPOINT")
 }
