@@ -68,6 +68,9 @@ type Client struct {
 	// signals are the test signals (testsignal.go); nil outside this
 	// package's tests.
 	signals *testSignals
+	// warmTimeout replaces warmPoolTimeout when set (tests on a loaded
+	// machine).
+	warmTimeout time.Duration
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:

@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// SetWarmPoolTimeout bounds c's warm-up at Start by d instead of
+// warmPoolTimeout: a test of what the warm-up readies does not depend on
+// how loaded the machine is. Call it before Run or Start.
+func SetWarmPoolTimeout(c *Client, d time.Duration) { c.warmTimeout = d }
+
 // Signals are a client's test signals (testsignal.go), for the tests of
 // queue_test.
 type Signals struct {

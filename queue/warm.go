@@ -30,7 +30,11 @@ func (c *Client) warmPool(ctx context.Context) {
 	if len(c.loops) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
+	d := warmPoolTimeout
+	if c.warmTimeout > 0 {
+		d = c.warmTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	held := c.openConns(ctx)
 	var wg sync.WaitGroup
