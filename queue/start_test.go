@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -279,4 +280,70 @@ func TestStartReadiesALeasedConnectionInOneRoundTrip(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	require.GreaterOrEqual(t, readied, 3, "connections readied in one batch each")
+}
+
+// Start's warm-up gives up after its deadline between connections, never
+// during one: a statement cut short closes its connection (pgx), and the
+// workers would then wait for the pool to open it again. Here every
+// connection's claim statements wait for a lock that outlasts the warm-up's
+// 100 ms; the warm-up waits for them, and every connection the pool had
+// before Start is still open after it, with the claim prepared.
+func TestStartCutShortKeepsItsConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnvOwnPool(t, 12, queue.Config{
+		Queues:   map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
+	})
+	queue.SetWarmPoolTimeout(e.c, 100*time.Millisecond)
+	// The connections the held workers want (4 + 1), open and idle.
+	var conns []*pgxpool.Conn
+	var pids []uint32
+	for range 5 {
+		c, err := e.pool.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		pids = append(pids, c.Conn().PgConn().PID())
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	lock, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, `LOCK TABLE `+e.table("jobs")+` IN ACCESS EXCLUSIVE MODE`)
+	if err != nil {
+		_ = lock.Rollback(ctx)
+		require.NoError(t, err)
+	}
+	unlocked := make(chan struct{})
+	time.AfterFunc(400*time.Millisecond, func() {
+		_ = lock.Rollback(context.Background())
+		close(unlocked)
+	})
+	defer func() { <-unlocked }()
+
+	require.NoError(t, e.c.Start(ctx))
+	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
+	var alive int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])`, pids).Scan(&alive))
+	require.Equal(t, len(pids), alive, "the connections the warm-up readied are still open")
+	waitFor(t, 10*time.Second, "every connection idle", func() bool {
+		for _, c := range conns {
+			c.Release()
+		}
+		conns = e.pool.AcquireAllIdle(ctx)
+		return int32(len(conns)) == e.pool.Stat().TotalConns()
+	})
+	ready := 0
+	for _, c := range conns {
+		var n int
+		// "SKIP LOCKED" is in the held claims.
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements
+			WHERE statement LIKE '%SKIP LOCKED%'`).Scan(&n))
+		if n > 0 && slices.Contains(pids, c.Conn().PgConn().PID()) {
+			ready++
+		}
+		c.Release()
+	}
+	require.Equal(t, len(pids), ready, "each connection open before Start has the claim prepared")
 }

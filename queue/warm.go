@@ -14,6 +14,19 @@ import (
 // warmPoolTimeout bounds warmPool.
 const warmPoolTimeout = 500 * time.Millisecond
 
+// warmParallel bounds how many connections warmPool opens or readies at
+// once. Dozens at once take longer on a small machine than the warm-up may:
+// on 2 cores a client with 50 held workers opened 50 connections together,
+// none was ready within warmPoolTimeout, and its first claims waited about
+// a second for backends that were still starting.
+const warmParallel = 4
+
+// warmStatementTimeout bounds one connection's warm-up statements. The
+// warm-up's own deadline is checked between connections, never during a
+// connection's statements: pgx closes a connection whose statement is cut
+// short, and the pool would open it again when the workers need it.
+const warmStatementTimeout = 5 * time.Second
+
 // warmPool readies, before the workers start, the pool connections the
 // workers will use at once, so that the first jobs after a start do not
 // wait while the pool opens them: on a 2-core machine ten held workers met
@@ -24,8 +37,9 @@ const warmPoolTimeout = 500 * time.Millisecond
 // none: a client whose kinds are all leased uses one per queue's claim, one
 // for its grouped completions and one for its lease heartbeat, and
 // warmStatements also readies their statements on each. Best effort,
-// within warmPoolTimeout: connections it cannot get now are opened when
-// needed, as before.
+// warmParallel connections at a time, and no connection begun after
+// warmPoolTimeout: connections it did not get to are opened (and their
+// statements prepared) when needed, as before.
 func (c *Client) warmPool(ctx context.Context) {
 	if len(c.loops) == 0 {
 		return
@@ -37,12 +51,10 @@ func (c *Client) warmPool(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	held := c.openConns(ctx)
-	var wg sync.WaitGroup
 	if c.onlyLeased {
-		for i, conn := range held {
-			wg.Go(func() { c.warmStatements(ctx, conn.Conn(), i) })
-		}
-		wg.Wait()
+		eachConn(ctx, held, func(ctx context.Context, i int, conn *pgxpool.Conn) {
+			c.warmStatements(ctx, conn.Conn(), i)
+		})
 	}
 	for _, conn := range held {
 		conn.Release()
@@ -50,20 +62,47 @@ func (c *Client) warmPool(ctx context.Context) {
 	if c.onlyLeased {
 		return
 	}
-	for _, conn := range c.pool.AcquireAllIdle(ctx) {
+	idle := c.pool.AcquireAllIdle(ctx)
+	eachConn(ctx, idle, func(ctx context.Context, _ int, conn *pgxpool.Conn) {
+		if err := c.primeClaims(ctx, conn.Conn()); err != nil {
+			c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
+		}
+	})
+	for _, conn := range idle {
+		conn.Release()
+	}
+}
+
+// eachConn runs f on each of conns, warmParallel at a time, until ctx is
+// done; f's context is not ctx but one of warmStatementTimeout that ctx's
+// end does not cut short.
+func eachConn(ctx context.Context, conns []*pgxpool.Conn, f func(ctx context.Context, i int, conn *pgxpool.Conn)) {
+	next := make(chan int, len(conns))
+	for i := range conns {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(warmParallel, len(conns)) {
 		wg.Go(func() {
-			if err := c.primeClaims(ctx, conn.Conn()); err != nil {
-				c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
+			for i := range next {
+				if ctx.Err() != nil {
+					return
+				}
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+				f(fctx, i, conns[i])
+				cancel()
 			}
-			conn.Release()
 		})
 	}
 	wg.Wait()
 }
 
-// openConns acquires, all at once (so each is a distinct connection), the
-// connections warmPool readies: for a leased-only client its idle ones
-// first (the ones the pool hands out next).
+// openConns acquires the connections warmPool readies, warmParallel at a
+// time, holding each (so each is a distinct connection) until ctx is done
+// or all are held: for a leased-only client its idle ones first (the ones
+// the pool hands out next). A connection still opening when ctx ends is
+// left to the pool, which keeps it.
 func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 	want := MinPoolConns(c.cfg) - 1
 	if c.onlyLeased {
@@ -77,20 +116,27 @@ func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 	if c.onlyLeased {
 		held = c.pool.AcquireAllIdle(ctx)
 	}
-	got := make(chan *pgxpool.Conn, max(want-len(held), 0))
+	todo := make(chan struct{}, max(want-len(held), 0))
+	for range cap(todo) {
+		todo <- struct{}{}
+	}
+	close(todo)
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range cap(got) {
+	for range min(warmParallel, cap(todo)) {
 		wg.Go(func() {
-			if conn, err := c.pool.Acquire(ctx); err == nil {
-				got <- conn
+			for range todo {
+				conn, err := c.pool.Acquire(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				held = append(held, conn)
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	close(got)
-	for conn := range got {
-		held = append(held, conn)
-	}
 	return held
 }
 
