@@ -80,8 +80,11 @@ type Config struct {
 	// one after another in that transaction, each behind its own savepoint,
 	// then commits them together: far fewer commits and round trips per job.
 	// The batch is sized so its handlers take about BatchTarget; slow
-	// handlers get one job per claim. Default 32; 1 disables; at most
-	// MaxMaxBatch (64).
+	// handlers get one job per claim. Default 64, MaxMaxBatch: 64 handlers
+	// that all write take 64 savepoints, which PostgreSQL's per-backend
+	// subtransaction cache still holds; handlers that also nest savepoints
+	// of their own overflow it (other sessions then read pg_subtrans until
+	// the batch commits), and MaxBatch 32 keeps that margin. 1 disables.
 	MaxBatch int
 	// BatchTarget is the handler time a batch aims for. Default 2ms.
 	BatchTarget time.Duration
@@ -145,7 +148,7 @@ const (
 	DefaultPollInterval    = 2 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultMaxAttempts     = 5
-	DefaultMaxBatch        = 32
+	DefaultMaxBatch        = 64
 	DefaultBatchTarget     = 2 * time.Millisecond
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultMaxErrorBytes   = 4096
