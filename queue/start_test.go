@@ -179,8 +179,20 @@ func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 	total := e.pool.Stat().TotalConns()
 	require.GreaterOrEqual(t, total, int32(3))
 	require.Less(t, total, int32(10), "not one per worker")
-	// The loops' first looks (and the completer's, the heartbeat's) borrow
-	// connections right after Start: read each one once they are back.
+	// "AS started" is in the leased claim only.
+	ready, idle := connsWithPrepared(t, e, `statement LIKE '%AS started%' AND custom_plans >= 5`)
+	t.Logf("%d connections, %d idle, %d with the claim ready", total, idle, len(ready))
+	require.GreaterOrEqual(t, len(ready), 3)
+}
+
+// connsWithPrepared waits until every connection of e's pool is idle (the
+// loops' first looks, the completer's and the heartbeat's borrow some right
+// after Start) and returns the backend pids of those with a prepared
+// statement matching cond (a condition on pg_prepared_statements), and how
+// many connections it read.
+func connsWithPrepared(t *testing.T, e *env, cond string) (pids []uint32, read int) {
+	t.Helper()
+	ctx := context.Background()
 	var conns []*pgxpool.Conn
 	waitFor(t, 10*time.Second, "every connection idle", func() bool {
 		for _, c := range conns {
@@ -189,19 +201,15 @@ func TestStartReadiesTheLeasedWorkersConnections(t *testing.T) {
 		conns = e.pool.AcquireAllIdle(ctx)
 		return int32(len(conns)) == e.pool.Stat().TotalConns()
 	})
-	ready := 0
 	for _, c := range conns {
 		var n int
-		// "AS started" is in the leased claim only.
-		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements
-			WHERE statement LIKE '%AS started%' AND custom_plans >= 5`).Scan(&n))
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE `+cond).Scan(&n))
 		if n > 0 {
-			ready++
+			pids = append(pids, c.Conn().PgConn().PID())
 		}
 		c.Release()
 	}
-	t.Logf("%d connections, %d idle, %d with the claim ready", total, len(conns), ready)
-	require.GreaterOrEqual(t, ready, 3)
+	return pids, len(conns)
 }
 
 // The claims Start runs to ready a leased client's connections are rolled
@@ -327,23 +335,9 @@ func TestStartCutShortKeepsItsConnections(t *testing.T) {
 	var alive int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])`, pids).Scan(&alive))
 	require.Equal(t, len(pids), alive, "the connections the warm-up readied are still open")
-	waitFor(t, 10*time.Second, "every connection idle", func() bool {
-		for _, c := range conns {
-			c.Release()
-		}
-		conns = e.pool.AcquireAllIdle(ctx)
-		return int32(len(conns)) == e.pool.Stat().TotalConns()
-	})
-	ready := 0
-	for _, c := range conns {
-		var n int
-		// "SKIP LOCKED" is in the held claims.
-		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements
-			WHERE statement LIKE '%SKIP LOCKED%'`).Scan(&n))
-		if n > 0 && slices.Contains(pids, c.Conn().PgConn().PID()) {
-			ready++
-		}
-		c.Release()
+	// "SKIP LOCKED" is in the held claims.
+	ready, _ := connsWithPrepared(t, e, `statement LIKE '%SKIP LOCKED%'`)
+	for _, pid := range pids {
+		require.True(t, slices.Contains(ready, pid), "each connection open before Start has the claim prepared")
 	}
-	require.Equal(t, len(pids), ready, "each connection open before Start has the claim prepared")
 }
