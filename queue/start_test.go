@@ -121,17 +121,7 @@ func TestStartSurvivesClosedPoolConnections(t *testing.T) {
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
 	})
 	// Four idle connections in the pool, then the server closes them.
-	var conns []*pgxpool.Conn
-	var pids []uint32
-	for range 4 {
-		c, err := e.pool.Acquire(ctx)
-		require.NoError(t, err)
-		conns = append(conns, c)
-		pids = append(pids, c.Conn().PgConn().PID())
-	}
-	for _, c := range conns {
-		c.Release()
-	}
+	pids := openIdle(t, e.pool, 4)
 	_, err := pgtest.Pool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
 	require.NoError(t, err)
 	pgtest.WaitFor(t, 10*time.Second, "the backends to end", func() bool {
@@ -305,17 +295,7 @@ func TestStartCutShortKeepsItsConnections(t *testing.T) {
 	})
 	queue.SetWarmPoolTimeout(e.c, 100*time.Millisecond)
 	// The connections the held workers want (4 + 1), open and idle.
-	var conns []*pgxpool.Conn
-	var pids []uint32
-	for range 5 {
-		c, err := e.pool.Acquire(ctx)
-		require.NoError(t, err)
-		conns = append(conns, c)
-		pids = append(pids, c.Conn().PgConn().PID())
-	}
-	for _, c := range conns {
-		c.Release()
-	}
+	pids := openIdle(t, e.pool, 5)
 	lock, err := pgtest.Pool(t).Begin(ctx)
 	require.NoError(t, err)
 	_, err = lock.Exec(ctx, `LOCK TABLE `+e.table("jobs")+` IN ACCESS EXCLUSIVE MODE`)
@@ -340,4 +320,21 @@ func TestStartCutShortKeepsItsConnections(t *testing.T) {
 	for _, pid := range pids {
 		require.True(t, slices.Contains(ready, pid), "each connection open before Start has the claim prepared")
 	}
+}
+
+// openIdle opens n connections in pool, leaves them idle and returns their
+// backend pids.
+func openIdle(t *testing.T, pool *pgxpool.Pool, n int) []uint32 {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, n)
+	pids := make([]uint32, n)
+	for i := range conns {
+		c, err := pool.Acquire(context.Background())
+		require.NoError(t, err)
+		conns[i], pids[i] = c, c.Conn().PgConn().PID()
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return pids
 }
