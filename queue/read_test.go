@@ -149,7 +149,10 @@ func TestJobListPaginationStableUnderConcurrentInserts(t *testing.T) {
 	// From the newest while jobs are inserted: pages never repeat a job nor
 	// skip one that existed when the first page was read.
 	stop = make(chan struct{})
+	inserting := make(chan struct{}) // closed after the first insert (or a failed one)
 	wg.Go(func() {
+		inserted := sync.OnceFunc(func() { close(inserting) })
+		defer inserted()
 		for {
 			select {
 			case <-stop:
@@ -160,8 +163,12 @@ func TestJobListPaginationStableUnderConcurrentInserts(t *testing.T) {
 				t.Errorf("enqueue: %v", err)
 				return
 			}
+			inserted()
 		}
 	})
+	// At least one insert lands while the pages are read (the pages alone
+	// can be quicker than the goroutine's first insert).
+	<-inserting
 	got = nil
 	p = queue.JobListParams{Limit: 7}
 	for {

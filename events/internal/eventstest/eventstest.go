@@ -113,9 +113,26 @@ func (e *Env) QueueClient(workers int) *queue.Client {
 	return c
 }
 
-// runQueue runs c until the test ends.
+// RunQueue starts c and returns once its workers run (Start), so a test
+// that then interrupts the database does not interrupt c's start (Run
+// returns an error when the database cannot be reached as it starts). c
+// runs until stop or the test's end; stop requires Stop to succeed within
+// two minutes and is safe to call twice.
 func (e *Env) RunQueue(c *queue.Client) (stop func()) {
-	return pgtest.RunInBackground(e.T, "queue client", c.Run)
+	e.T.Helper()
+	require.NoError(e.T, c.Start(context.Background()))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := c.Stop(ctx); err != nil {
+				e.T.Errorf("queue client: Stop: %v", err)
+			}
+		})
+	}
+	e.T.Cleanup(stop)
+	return stop
 }
 
 func (e *Env) Count(sql string, args ...any) int {
