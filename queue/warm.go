@@ -73,25 +73,36 @@ func (c *Client) warmPool(ctx context.Context) {
 	}
 }
 
-// eachConn runs f on each of conns, warmParallel at a time, until ctx is
-// done; f's context is not ctx but one of warmStatementTimeout that ctx's
-// end does not cut short.
+// eachConn runs f on each of conns (warmEach) until ctx is done; f's
+// context is not ctx but one of warmStatementTimeout that ctx's end does
+// not cut short.
 func eachConn(ctx context.Context, conns []*pgxpool.Conn, f func(ctx context.Context, i int, conn *pgxpool.Conn)) {
-	next := make(chan int, len(conns))
-	for i := range conns {
+	warmEach(len(conns), func(i int) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+		defer cancel()
+		f(fctx, i, conns[i])
+		return true
+	})
+}
+
+// warmEach calls f for 0..n-1, warmParallel calls at a time; a call that
+// returns false ends its goroutine's share of the rest.
+func warmEach(n int, f func(i int) bool) {
+	next := make(chan int, n)
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	var wg sync.WaitGroup
-	for range min(warmParallel, len(conns)) {
+	for range min(warmParallel, n) {
 		wg.Go(func() {
 			for i := range next {
-				if ctx.Err() != nil {
+				if !f(i) {
 					return
 				}
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
-				f(fctx, i, conns[i])
-				cancel()
 			}
 		})
 	}
@@ -116,27 +127,17 @@ func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 	if c.onlyLeased {
 		held = c.pool.AcquireAllIdle(ctx)
 	}
-	todo := make(chan struct{}, max(want-len(held), 0))
-	for range cap(todo) {
-		todo <- struct{}{}
-	}
-	close(todo)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range min(warmParallel, cap(todo)) {
-		wg.Go(func() {
-			for range todo {
-				conn, err := c.pool.Acquire(ctx)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				held = append(held, conn)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	warmEach(max(want-len(held), 0), func(int) bool {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		held = append(held, conn)
+		mu.Unlock()
+		return true
+	})
 	return held
 }
 
