@@ -573,3 +573,37 @@ func TestStaleAttemptRecordIsReplaced(t *testing.T) {
 	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(r.ID))
 	require.Zero(t, e.countSQL(`SELECT count(*) FROM `+e.table("attempts")))
 }
+
+// Every lost attempt found at start runs again at once, not one per look:
+// after a database restart the loops find several jobs whose attempts began
+// and recorded no outcome (their records survive a clean shutdown), and
+// each recovered job is followed by a look for the next. With a one-hour
+// poll, the only other way back is the heartbeat's (every 20 s).
+func TestLostAttemptsAreAllRecoveredAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var runs atomic.Int32
+	e := newEnv(t, queue.Config{
+		PollInterval: time.Hour,
+		Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			runs.Add(1)
+			return nil
+		})},
+	})
+	const n = 6
+	for range n {
+		r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
+		require.NoError(t, err)
+		// Its attempt 1 began in a client that is gone.
+		_, err = e.pool.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
+			VALUES ($1, 'q', 1, 1, 'gone', 0)`, r.ID)
+		require.NoError(t, err)
+	}
+	began := time.Now()
+	defer e.run()()
+	waitFor(t, 30*time.Second, "every job to finish", func() bool { return e.count(`state = 'succeeded'`) == n })
+	require.Less(t, time.Since(began), 5*time.Second, "lost attempts recovered one per heartbeat")
+	require.EqualValues(t, n, runs.Load())
+	require.Zero(t, e.countSQL(`SELECT count(*) FROM `+e.table("attempts")))
+}

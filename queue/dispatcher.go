@@ -328,7 +328,9 @@ func (l *queueLoop) start(ctx, hardCtx context.Context, s *loopState, b *batch) 
 	if l.c.signals != nil {
 		s.claimed += len(b.jobs)
 	}
-	s.source = sourceBusy
+	if b.lost == nil {
+		s.source = sourceBusy
+	} // else sourceRecovered: the next look is for the next lost attempt
 	if b.leased {
 		// Each leased job runs on its own and holds a slot; the claim sized
 		// the batch to the free ones.
