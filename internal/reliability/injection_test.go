@@ -70,12 +70,13 @@ func canary(t *testing.T, w *world) func() {
 // ones (parallel tests create and drop those all the time).
 func schemaNames(t *testing.T, w *world) map[string]bool {
 	t.Helper()
-	// Not the tests' own schemas (t_...), nor the temporary schemas a
-	// backend of a parallel test creates the first time it uses a
-	// temporary table (pg_temp_N, pg_toast_temp_N): one appeared during a
-	// run of make test.
+	// Not the tests' own schemas (t_... and TestMigrateRefusesAForeignSchema's
+	// foreign_... and owned_...; one appeared during a run with -parallel 4), nor the
+	// temporary schemas a backend of a parallel test creates the first time
+	// it uses a temporary table (pg_temp_N, pg_toast_temp_N): one appeared
+	// during a run of make test.
 	rows, err := w.admin.Query(context.Background(), `SELECT nspname::text FROM pg_namespace WHERE nspname NOT LIKE 't\_%'
-		AND nspname NOT LIKE 'pg\_temp\_%' AND nspname NOT LIKE 'pg\_toast\_temp\_%'`)
+		AND nspname NOT LIKE 'foreign\_%' AND nspname NOT LIKE 'owned\_%' AND nspname NOT LIKE 'pg\_temp\_%' AND nspname NOT LIKE 'pg\_toast\_temp\_%'`)
 	require.NoError(t, err)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
