@@ -259,6 +259,11 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 			}
 			return b, time.Time{}, err
 		}
+		if s.source == sourceRecovered {
+			// The last lost attempt is rerunning: claim as after any job,
+			// from the head.
+			s.source, s.cursor = sourceBusy, nil
+		}
 	}
 	// Batch when there is a backlog (the last look found work, or every
 	// slot is busy): one dispatcher claims for all slots, so one job per
