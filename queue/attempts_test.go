@@ -607,3 +607,55 @@ func TestLostAttemptsAreAllRecoveredAtOnce(t *testing.T) {
 	require.EqualValues(t, n, runs.Load())
 	require.Zero(t, e.countSQL(`SELECT count(*) FROM `+e.table("attempts")))
 }
+
+// A lost attempt is found while the queue is busy too: a loop working
+// through a backlog looks for lost attempts at least every PollInterval,
+// not only when the backlog ends. The lost job is not claimed as usual
+// (its record hides it from the claims), so without that look it waited for
+// the whole backlog.
+func TestLostAttemptIsRecoveredWhileBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var lostRan atomic.Int64 // unix nanos
+	var lostID atomic.Int64
+	e := newEnv(t, queue.Config{
+		PollInterval: 200 * time.Millisecond,
+		Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(_ context.Context, _ pgx.Tx, j *queue.Job) error {
+			if j.ID == lostID.Load() {
+				lostRan.Store(time.Now().UnixNano())
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond)
+			return nil
+		})},
+	})
+	// A backlog of about 10 s for two workers.
+	backlog := make([]queue.NewJob, 4000)
+	for i := range backlog {
+		backlog[i] = queue.NewJob{Queue: "q", Kind: "k"}
+	}
+	_, err := e.c.EnqueueMany(ctx, backlog)
+	require.NoError(t, err)
+	defer e.run()()
+	waitFor(t, 30*time.Second, "the backlog to start", func() bool { return e.count(`state = 'succeeded'`) >= 100 })
+	// A job whose attempt 1 began in a client that is gone: the job and its
+	// record commit together. Its priority puts it after the backlog for
+	// the usual claims.
+	due := time.Now()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	r, err := e.c.EnqueueTx(ctx, tx, queue.NewJob{Queue: "q", Kind: "k", Priority: 100})
+	require.NoError(t, err)
+	lostID.Store(r.ID)
+	_, err = tx.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
+		VALUES ($1, 'q', 1, 1, 'gone', 0)`, r.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	waitFor(t, 60*time.Second, "the lost job to run", func() bool { return lostRan.Load() != 0 })
+	left := e.count(`state = 'pending'`)
+	took := time.Unix(0, lostRan.Load()).Sub(due)
+	t.Logf("the lost job ran %s after it was enqueued, %d backlog jobs still pending", took, left)
+	require.Greater(t, left, 0, "the backlog ended first: nothing shown")
+	require.Less(t, took, 3*time.Second)
+}

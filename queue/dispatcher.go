@@ -105,6 +105,21 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 	return src, at
 }
 
+// takeReleased clears a pending released look-now (takeWake's), reporting
+// whether there was one; the delayed hint stays.
+func (l *queueLoop) takeReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.now != sourceReleased {
+		return false
+	}
+	l.now = ""
+	if ts := l.c.signals; ts != nil {
+		l.lookSeq = ts.looksAsked.Load() // a look begins after this
+	}
+	return true
+}
+
 // loopState is what the dispatcher carries from one turn to the next.
 type loopState struct {
 	source string    // why the next look happens
@@ -113,6 +128,9 @@ type loopState struct {
 	// cleared when its timer (or the poll) fired, and no look that found
 	// nothing due has read it since.
 	nextSpent  bool
+	// lostLookAt: while busy, the next look for lost attempts
+	// (claimRecovered) is due then: at least one every PollInterval.
+	lostLookAt time.Time
 	errBackoff backoff.Backoff // claim errors
 	waiter     int             // waiter state as last written
 	cursor     *claimCursor    // where the last claim ended, while a backlog lasts
@@ -247,10 +265,21 @@ func (l *queueLoop) awaitFreeSlots(ctx context.Context) bool {
 // batch. With nothing due it returns the time of the
 // queue's earliest delayed job (zero if none).
 func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.Time, error) {
-	// Not on every claim: the heartbeat (wakeForLost) sends a released
-	// wake-up when old attempt records exist.
+	// Not on every claim: at a start, a reconnect, a release, a poll or a
+	// resume, after a recovered job, and while busy at least every
+	// PollInterval or when a release was signalled meanwhile (the
+	// heartbeat, wakeForLost, signals one when old attempt records exist):
+	// a lost job is hidden from the usual claims, and a backlog would keep
+	// it waiting to its end.
+	lookLost := false
 	switch s.source {
 	case sourceStart, sourceResync, sourceReleased, sourcePoll, sourceRecovered, sourceResumed:
+		lookLost = true
+	case sourceBusy:
+		lookLost = !s.lostLookAt.IsZero() && !time.Now().Before(s.lostLookAt) || l.takeReleased()
+	}
+	if lookLost {
+		s.lostLookAt = time.Now().Add(l.c.cfg.PollInterval)
 		s.stream.drop()
 		b, err := l.c.claimRecovered(ctx, l.queue)
 		if err != nil || b != nil {
