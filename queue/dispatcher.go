@@ -127,7 +127,7 @@ type loopState struct {
 	// nextSpent: nextAt is not known (at start, after a resume) or was
 	// cleared when its timer (or the poll) fired, and no look that found
 	// nothing due has read it since.
-	nextSpent  bool
+	nextSpent bool
 	// lostLookAt: while busy, the next look for lost attempts
 	// (claimRecovered) is due then: at least one every PollInterval.
 	lostLookAt time.Time
