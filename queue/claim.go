@@ -35,6 +35,11 @@ type batch struct {
 	runningID   int64
 	stopRunning context.CancelCauseFunc
 	done        chan struct{} // closed when the batch has ended
+	// firstStarted, when not nil, is closed once the first handler starts
+	// or the executor ends without one (signalStarted): the dispatcher
+	// waits for it after a wake-up's claim (handOff).
+	firstStarted chan struct{}
+	firstOnce    sync.Once
 	// freeSlot gives the dispatcher's slot back once (nil: no slot), so
 	// that the next claim overlaps this batch's commit.
 	freeSlot func()
@@ -107,8 +112,18 @@ func (b *batch) requestCancel(id int64) bool {
 // none runs).
 func (b *batch) running(id int64, stop context.CancelCauseFunc) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.runningID, b.stopRunning = id, stop
+	b.mu.Unlock()
+	if id != 0 {
+		b.signalStarted()
+	}
+}
+
+// signalStarted closes firstStarted, if set, once.
+func (b *batch) signalStarted() {
+	if b.firstStarted != nil {
+		b.firstOnce.Do(func() { close(b.firstStarted) })
+	}
 }
 
 // stopJob cancels job id: its handler's context if it runs now, else it is

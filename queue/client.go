@@ -71,6 +71,8 @@ type Client struct {
 	// warmTimeout replaces warmPoolTimeout when set (tests on a loaded
 	// machine).
 	warmTimeout time.Duration
+	// handOff replaces the const handOff when set (tests).
+	handOff time.Duration
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:

@@ -10,6 +10,10 @@ import (
 // how loaded the machine is. Call it before Run or Start.
 func SetWarmPoolTimeout(c *Client, d time.Duration) { c.warmTimeout = d }
 
+// SetHandOff bounds c's wait for a wake-up's job to start (handOff) by d.
+// Call it before Run or Start.
+func SetHandOff(c *Client, d time.Duration) { c.handOff = d }
+
 // Signals are a client's test signals (testsignal.go), for the tests of
 // queue_test.
 type Signals struct {
