@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -556,9 +557,7 @@ func TestStaleAttemptRecordIsReplaced(t *testing.T) {
 	// Attempt 1 was counted and its record stayed behind.
 	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET attempts = 1 WHERE id = $1`, r.ID)
 	require.NoError(t, err)
-	_, err = e.pool.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
-		VALUES ($1, 'q', 1, 1, 'gone', 2)`, r.ID)
-	require.NoError(t, err)
+	e.recordAttempt(e.pool, r.ID, 1, 2)
 	defer e.run()()
 	waitFor(t, 30*time.Second, "the job to finish", func() bool {
 		return e.count(`id = $1 AND state <> 'pending'`, r.ID) == 1
@@ -595,10 +594,7 @@ func TestLostAttemptsAreAllRecoveredAtOnce(t *testing.T) {
 	for range n {
 		r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
 		require.NoError(t, err)
-		// Its attempt 1 began in a client that is gone.
-		_, err = e.pool.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
-			VALUES ($1, 'q', 1, 1, 'gone', 0)`, r.ID)
-		require.NoError(t, err)
+		e.recordAttempt(e.pool, r.ID, 1, 0) // its attempt 1 began in a client that is gone
 	}
 	began := time.Now()
 	defer e.run()()
@@ -648,9 +644,7 @@ func TestLostAttemptIsRecoveredWhileBusy(t *testing.T) {
 	r, err := e.c.EnqueueTx(ctx, tx, queue.NewJob{Queue: "q", Kind: "k", Priority: 100})
 	require.NoError(t, err)
 	lostID.Store(r.ID)
-	_, err = tx.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
-		VALUES ($1, 'q', 1, 1, 'gone', 0)`, r.ID)
-	require.NoError(t, err)
+	e.recordAttempt(tx, r.ID, 1, 0)
 	require.NoError(t, tx.Commit(ctx))
 	waitFor(t, 60*time.Second, "the lost job to run", func() bool { return lostRan.Load() != 0 })
 	left := e.count(`state = 'pending'`)
@@ -658,4 +652,15 @@ func TestLostAttemptIsRecoveredWhileBusy(t *testing.T) {
 	t.Logf("the lost job ran %s after it was enqueued, %d backlog jobs still pending", took, left)
 	require.Greater(t, left, 0, "the backlog ended first: nothing shown")
 	require.Less(t, took, 3*time.Second)
+}
+
+// recordAttempt writes, through q, the record that attempt of job id (in
+// queue "q") began in a client that is gone, at isolation level isolation.
+func (e *env) recordAttempt(q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, id int64, attempt, isolation int) {
+	e.t.Helper()
+	_, err := q.Exec(context.Background(), `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id, isolation)
+		VALUES ($1, 'q', $2, 1, 'gone', $3)`, id, attempt, isolation)
+	require.NoError(e.t, err)
 }

@@ -98,10 +98,8 @@ func (l *queueLoop) takeWake() (string, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	src, at := l.now, l.hintAt
-	l.now, l.hintAt = "", time.Time{}
-	if ts := l.c.signals; ts != nil && src != "" {
-		l.lookSeq = ts.looksAsked.Load() // a look begins after this
-	}
+	l.hintAt = time.Time{}
+	l.clearNow()
 	return src, at
 }
 
@@ -113,11 +111,17 @@ func (l *queueLoop) takeReleased() bool {
 	if l.now != sourceReleased {
 		return false
 	}
-	l.now = ""
-	if ts := l.c.signals; ts != nil {
-		l.lookSeq = ts.looksAsked.Load() // a look begins after this
-	}
+	l.clearNow()
 	return true
+}
+
+// clearNow takes the pending look-now, if any (l.mu held): with test
+// signals on, a look begins after the looks asked so far.
+func (l *queueLoop) clearNow() {
+	if ts := l.c.signals; ts != nil && l.now != "" {
+		l.lookSeq = ts.looksAsked.Load()
+	}
+	l.now = ""
 }
 
 // loopState is what the dispatcher carries from one turn to the next.
