@@ -159,6 +159,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
 		jtx := &jobTx{tx: b.tx, batch: b}
 		jctx, stop := context.WithCancelCause(hctx)
+		c.signals.handlerStarting(j.ID)
 		b.running(j.ID, stop)
 		t0 := time.Now()
 		herr := c.runHandler(jctx, jtx, j)

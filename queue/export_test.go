@@ -127,6 +127,11 @@ func (s Signals) StartRecorded(id int64, d time.Duration) bool {
 // registered in the client. Call it before Run or Start.
 func (s Signals) BeforeLease(f func(id int64)) { s.s.beforeLease = f }
 
+// HandlerStarts sets f to run as a job's handler is about to start, before
+// a dispatcher waiting for that start (handOff) is told. Call it before Run
+// or Start.
+func (s Signals) HandlerStarts(f func(id int64)) { s.s.handlerStarts = f }
+
 // WaitCancelKept waits until a cancel of leased job id, not running in the
 // client, was kept for it.
 func (s Signals) WaitCancelKept(t testing.TB, id int64) {

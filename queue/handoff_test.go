@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 )
 
 // stepLog records, in order, the claims a pool sends (any round trip with a
-// statement that locks jobs) and the handlers' starts.
+// statement that locks jobs) and the handlers' starts (as the executor is
+// about to call the handler: the handler's own first line would race with
+// the dispatcher's next claim once the dispatcher is told).
 type stepLog struct {
 	mu    sync.Mutex
 	steps []string
@@ -58,33 +61,50 @@ func (s *stepLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDat
 // After a wake-up claims a single job on a quiet queue, the loop's next look
 // (a claim) waits until that job's handler has started: sent at once, it
 // competes with the executor's attempt record and the handler for the CPU
-// just when the job's latency is paid. The wait is bounded (2 ms); the test
-// lifts the bound so that the order does not depend on the machine's speed.
+// just when the job's latency is paid. The same holds for a leased job,
+// whose claim started it. The wait is bounded (2 ms); the test lifts the
+// bound so that the order does not depend on the machine's speed.
 func TestWakeUpClaimWaitsForItsHandler(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	log := &stepLog{}
-	pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = log })
-	e := newEnvWithPool(t, pool, queue.Config{
-		PollInterval: time.Hour,
-		Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
-		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
-			log.add("handler")
-			return nil
-		})},
-	})
-	queue.SetHandOff(e.c, time.Minute)
-	sig := queue.EnableTestSignals(e.c)
-	defer e.run()()
-	sig.WaitAsleep(t, "q", 0)
-	for i := range 5 {
-		log.take()
-		_, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
-		require.NoError(t, err)
-		sig.WaitAsleep(t, "q", i+1)
-		steps := log.take()
-		require.GreaterOrEqual(t, len(steps), 3, "%v", steps)
-		// The wake-up's claim, its job's handler, then the next look.
-		require.Equal(t, []string{"claim", "handler", "claim"}, steps[:3], "job %d", i+1)
+	for _, mode := range []string{"held", "leased"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			log := &stepLog{}
+			var ran atomic.Int64
+			pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = log })
+			cfg := queue.Config{
+				PollInterval: time.Hour,
+				Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
+				Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+					ran.Add(1)
+					return nil
+				})},
+			}
+			if mode == "leased" {
+				// With a held kind too: a client whose kinds are all leased
+				// sleeps after a wake-up's claim that took every due job,
+				// with no next look to wait.
+				cfg.LeasedKinds = []string{"k"}
+				cfg.Handlers["h"] = queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })
+			}
+			e := newEnvWithPool(t, pool, cfg)
+			queue.SetHandOff(e.c, time.Minute)
+			sig := queue.EnableTestSignals(e.c)
+			sig.HandlerStarts(func(int64) { log.add("handler") })
+			defer e.run()()
+			sig.WaitAsleep(t, "q", 0)
+			for i := range 5 {
+				log.take()
+				_, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
+				require.NoError(t, err)
+				sig.WaitAsleep(t, "q", i+1)
+				steps := log.take()
+				require.GreaterOrEqual(t, len(steps), 3, "job %d: %v", i+1, steps)
+				// The wake-up's claim, its job's handler, then the next look.
+				require.Equal(t, []string{"claim", "handler", "claim"}, steps[:3], "job %d", i+1)
+			}
+			waitFor(t, 10*time.Second, "every handler ran", func() bool { return ran.Load() == 5 })
+		})
 	}
 }

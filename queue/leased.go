@@ -132,6 +132,9 @@ func (c *Client) register(id int64, run *leasedRun) {
 // goroutine and slot.
 func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) {
 	started := c.startLeased(hardCtx, b, l)
+	if len(started) == 0 {
+		b.signalStarted() // no handler will start: the dispatcher need not wait
+	}
 	for i := range b.jobs {
 		cj := &b.jobs[i]
 		if !started[cj.job.ID] {
@@ -153,6 +156,8 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 			var once sync.Once
 			release := func() { once.Do(l.freeSlot) }
 			defer release()
+			c.signals.handlerStarting(cj.job.ID)
+			b.signalStarted() // the handler starts now (handOff)
 			c.runLeased(hardCtx, ctx, l, cj, release)
 		}()
 	}

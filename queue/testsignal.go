@@ -93,6 +93,16 @@ type testSignals struct {
 	// beforeLease, when set, runs (and may block) before a leased job's
 	// lease is registered in the client.
 	beforeLease func(id int64)
+	// handlerStarts, when set, runs as a job's handler is about to start,
+	// before the dispatcher waiting for that start (handOff) is told.
+	handlerStarts func(id int64)
+}
+
+// handlerStarting runs the handlerStarts hook, if any.
+func (s *testSignals) handlerStarting(id int64) {
+	if s != nil && s.handlerStarts != nil {
+		s.handlerStarts(id)
+	}
 }
 
 func newTestSignals() *testSignals {

@@ -298,12 +298,14 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 			mem.stop()
 			return fmt.Errorf("%s: start workers: %w", rn.sys.Name(), err)
 		}
+		res.Extra["start_ms"] = ms(time.Since(base))
 		elapsed, err := rn.untilFinished(ctx, rec, base, rn.sizes.IdleTimeout, 0, &res)
 		if err != nil {
 			_ = stop()
 			mem.stop()
 			return err
 		}
+		res.Extra["first_start_ms"] = ms(rec.firstStart())
 		serr := stop()
 		rn.diagnose(&res)
 		rss, heap := mem.stop()

@@ -61,6 +61,17 @@ func (r *recorder) startedAt(seq int) (time.Duration, bool) {
 	return time.Duration(ns), ns != 0
 }
 
+// firstStart is the earliest first start of any job (0 if none started).
+func (r *recorder) firstStart() time.Duration {
+	var m int64
+	for i := range r.start {
+		if ns := r.start[i].Load(); ns != 0 && (m == 0 || ns < m) {
+			m = ns
+		}
+	}
+	return time.Duration(m)
+}
+
 // lastStart is the latest first start of any job.
 func (r *recorder) lastStart() time.Duration {
 	var m int64
