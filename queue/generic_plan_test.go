@@ -77,6 +77,9 @@ func TestRunPreparesTheClaimStatements(t *testing.T) {
 		})},
 	})
 	signals := queue.EnableTestSignals(e.c)
+	// The warm-up's own bound (500 ms) is for production; a machine busy
+	// with the parallel tests may need longer to prepare every connection.
+	queue.SetWarmPoolTimeout(e.c, 30*time.Second)
 	e.run()
 	signals.WaitAsleep(t, "prep", 0) // the loop runs: Run's start is over
 	ctx := context.Background()

@@ -73,7 +73,7 @@ func TestAnEmptyLookOfAStreamIsOneRoundTrip(t *testing.T) {
 	l := c.loops["q"]
 	var due time.Time
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
-		VALUES ('q', 'k', clock_timestamp() + interval '400 milliseconds') RETURNING run_after`).Scan(&due))
+		VALUES ('q', 'k', clock_timestamp() + interval '1500 milliseconds') RETURNING run_after`).Scan(&due))
 
 	rec.take() // the schema's
 
