@@ -86,6 +86,11 @@ func TestEveryModeRunsPgwakeExactlyOnce(t *testing.T) {
 
 	require.Equal(t, 300, got["drain "].Jobs)
 	require.True(t, math.IsNaN(got["drain "].P50), "drain has no latency")
+	// The start is inside the drain's time.
+	dr := got["drain "].Extra
+	require.Positive(t, dr["start_ms"])
+	require.Positive(t, dr["first_start_ms"])
+	require.Less(t, dr["first_start_ms"], dr["seconds"]*1000)
 	require.Equal(t, 100, got["latency "].Jobs)
 	require.Equal(t, 5, got["idle "].Jobs)
 	for _, m := range []string{"latency ", "idle ", "delayed "} {
