@@ -305,7 +305,8 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 			mem.stop()
 			return err
 		}
-		res.Extra["first_start_ms"] = ms(rec.firstStart())
+		first, _ := rec.startSpan()
+		res.Extra["first_start_ms"] = ms(first)
 		serr := stop()
 		rn.diagnose(&res)
 		rss, heap := mem.stop()
@@ -907,7 +908,8 @@ func (rn *runner) untilFinished(ctx context.Context, rec *recorder, base time.Ti
 	if !ok || !all {
 		return elapsed, nil
 	}
-	if d := rec.lastStart() + run - time.Since(base); d > 0 && !sleepCtx(ctx, d) {
+	_, last := rec.startSpan() // every job has started: it stays put
+	if d := last + run - time.Since(base); d > 0 && !sleepCtx(ctx, d) {
 		return time.Since(base), ctx.Err()
 	}
 	for {
@@ -919,7 +921,7 @@ func (rn *runner) untilFinished(ctx context.Context, rec *recorder, base time.Ti
 		if left == 0 {
 			return elapsed, nil
 		}
-		if elapsed > rec.lastStart()+grace {
+		if elapsed > last+grace {
 			res.Extra["unfinished"] = float64(left)
 			return elapsed, nil
 		}

@@ -61,24 +61,21 @@ func (r *recorder) startedAt(seq int) (time.Duration, bool) {
 	return time.Duration(ns), ns != 0
 }
 
-// firstStart is the earliest first start of any job (0 if none started).
-func (r *recorder) firstStart() time.Duration {
-	var m int64
+// startSpan is the earliest and the latest first start of any job (0, 0
+// if none started).
+func (r *recorder) startSpan() (first, last time.Duration) {
+	var lo, hi int64
 	for i := range r.start {
-		if ns := r.start[i].Load(); ns != 0 && (m == 0 || ns < m) {
-			m = ns
+		ns := r.start[i].Load()
+		if ns == 0 {
+			continue
 		}
+		if lo == 0 || ns < lo {
+			lo = ns
+		}
+		hi = max(hi, ns)
 	}
-	return time.Duration(m)
-}
-
-// lastStart is the latest first start of any job.
-func (r *recorder) lastStart() time.Duration {
-	var m int64
-	for i := range r.start {
-		m = max(m, r.start[i].Load())
-	}
-	return time.Duration(m)
+	return time.Duration(lo), time.Duration(hi)
 }
 
 // tally returns how many handler starts were beyond the first (duplicates,
