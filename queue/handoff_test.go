@@ -108,3 +108,34 @@ func TestWakeUpClaimWaitsForItsHandler(t *testing.T) {
 		})
 	}
 }
+
+// The wait is bounded: a handler that has not started (here a leased one,
+// held before its lease is registered) does not keep the dispatcher from
+// its next look beyond handOff (2 ms).
+func TestWakeUpClaimWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := &stepLog{}
+	pool := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = log })
+	noop := queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })
+	e := newEnvWithPool(t, pool, queue.Config{
+		PollInterval: time.Hour,
+		Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
+		LeasedKinds:  []string{"k"},
+		Handlers:     map[string]queue.Handler{"k": noop, "h": noop}, // "h" held: the client looks again
+	})
+	sig := queue.EnableTestSignals(e.c)
+	release := make(chan struct{})
+	sig.BeforeLease(func(int64) { <-release })
+	defer e.run()()
+	defer close(release)
+	sig.WaitAsleep(t, "q", 0)
+	log.take()
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k"})
+	require.NoError(t, err)
+	// The wake-up's claim and the next look, while the handler cannot start.
+	sig.WaitAsleep(t, "q", 1)
+	steps := log.take()
+	require.GreaterOrEqual(t, len(steps), 2, "%v", steps)
+	require.Equal(t, []string{"claim", "claim"}, steps[:2])
+}
