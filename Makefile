@@ -24,7 +24,6 @@ TEST_PARALLEL ?= -p 4 -parallel 4
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(TEST_PARALLEL) -timeout 20m $(PKGS)
-	$(GO) test -count=1 -timeout 10m -run 'TestWatermillConformance$$/TestReconnect' ./events/pubsub/
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

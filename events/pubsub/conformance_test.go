@@ -2,11 +2,7 @@ package pubsub_test
 
 import (
 	"context"
-	"os"
-	"os/signal"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,44 +80,14 @@ func TestWatermillConformance(t *testing.T) {
 		// 5,000-10,000 per test); the reconnect test always uses 10,000.
 		ForceShort: true,
 	}
-	if cl := pgtest.Cluster(); cl != nil && raceBuild {
-		// Watermill's TestReconnect (pubsub/tests/test_pubsub.go, v1.5.1)
-		// appends each published message to a slice in a goroutine of its
-		// own and reads that slice, unsynchronised, once every message has
-		// arrived: when delivery beats that goroutine to the last append,
-		// the race detector fails the test (it did in a .ci/run once
-		// delivery got faster). Without a restart command the suite skips
-		// TestReconnect; `make test` runs it again without -race.
-		t.Log("TestReconnect runs without -race only (a data race in Watermill's own test harness)")
-	} else if cl != nil {
-		// The suite runs this command (in a goroutine) to restart the
-		// broker; it asks this process to restart the cluster it owns.
-		features.RestartServiceCommand = []string{"kill", "-USR1", strconv.Itoa(os.Getpid())}
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGUSR1)
-		var wg sync.WaitGroup
-		done := make(chan struct{})
-		wg.Go(func() {
-			for {
-				select {
-				case <-sigs:
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					err := cl.Restart(ctx, "fast")
-					cancel()
-					if err != nil {
-						t.Errorf("restart the test cluster: %v", err)
-					}
-				case <-done:
-					return
-				}
-			}
-		})
-		t.Cleanup(func() {
-			signal.Stop(sigs)
-			close(done)
-			wg.Wait()
-		})
-	}
+	// No RestartServiceCommand: the suite's TestReconnect is skipped. It
+	// appends each published message to a slice in a goroutine of its own
+	// and compares that slice, unsynchronised, with the messages received
+	// once all have arrived (pubsub/tests/test_pubsub.go, v1.5.1): when
+	// delivery beats that goroutine to the last append, it fails
+	// (a data race under -race; "received: 10000, sent: 9999" without it,
+	// in a .ci/run of 2026-12-02). TestReconnectLosesNothing runs the same
+	// scenario with the publishers waited for.
 	tests.TestPubSub(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) { return c.pubSub(t, "") },
 		c.pubSub,

@@ -20,9 +20,7 @@ import (
 func TestMain(m *testing.M) {
 	code := pgtest.Run(m)
 	if code == 0 {
-		// Watermill's TestReconnect never closes its messagePublished
-		// channel; that goroutine is the suite's, not ours.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/ThreeDotsLabs/watermill/pubsub/tests.TestReconnect.func2")); err != nil {
+		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
 			code = 1
 		}
