@@ -27,9 +27,13 @@
 #   inline        the job, its event and wake_needed() as one statement, the
 #                 way Enqueue sent it before the SQL API (no worker is
 #                 waiting, so no NOTIFY): the floor of the function below
-#   go            what Enqueue sends now: SELECT ... FROM enqueue_jobs(...)
-#                 with one-element arrays (migration 0008, docs/sql.md)
-#   go-old        (only with OLD_ROOT=<a checkout of another commit>) go
+#   arrays        SELECT ... FROM enqueue_jobs(...) with one-element arrays
+#                 (migration 0008, docs/sql.md): what Enqueue sent for one
+#                 job before migration 0021, and still sends for more jobs
+#                 or a unique key
+#   go            what Enqueue sends for one job without a unique key since
+#                 migration 0021: SELECT enqueue_one(...)
+#   go-old        (only with OLD_ROOT=<a checkout of another commit>) arrays
 #                 against a schema that commit's migrations built, in the
 #                 same cluster and the same rounds: an A/B of the functions
 #   sql           the SQL API as other clients call it:
@@ -41,7 +45,7 @@
 # go mirrors queue/store.go's enqueue statement; change them together.
 #
 # Usage: bench/enqueue-floor.sh [rounds] [seconds per run]
-#        VARIANTS="base pgwake pipelined" bench/enqueue-floor.sh
+#        VARIANTS="base go pipelined" bench/enqueue-floor.sh
 # With DATABASE_URL unset it starts a throwaway cluster (fsync on) from the
 # local PostgreSQL server binaries and removes it afterwards. Needs pgbench
 # and psql (Debian: postgresql-client).
@@ -139,8 +143,9 @@ SELECT id, unique_key, pg_logical_emit_message(true, 'pgwake', jsonb_build_objec
 EOF
 wake "NOT pg_try_advisory_xact_lock_shared(hashtextextended('\"$S\".' || queue, 0))" >"$WORK/+trylock.sql"
 wake "$S.wake_needed(queue)" >"$WORK/inline.sql"
-echo "SELECT e.ids, e.duplicates FROM $S.enqueue_jobs(ARRAY['bench']::text[], ARRAY['{\"seq\":1}']::jsonb[], ARRAY['bench']::text[], ARRAY[NULL]::timestamptz[], ARRAY['0']::interval[], ARRAY[0]::integer[], ARRAY[5]::integer[], ARRAY[NULL]::text[], NULL::integer) e;" >"$WORK/go.sql"
-sed "s/FROM $S\.enqueue_jobs/FROM ${S}_old.enqueue_jobs/" "$WORK/go.sql" >"$WORK/go-old.sql"
+echo "SELECT e.ids, e.duplicates FROM $S.enqueue_jobs(ARRAY['bench']::text[], ARRAY['{\"seq\":1}']::jsonb[], ARRAY['bench']::text[], ARRAY[NULL]::timestamptz[], ARRAY['0']::interval[], ARRAY[0]::integer[], ARRAY[5]::integer[], ARRAY[NULL]::text[], NULL::integer, NULL::text[], NULL::text[], NULL::interval[], NULL::jsonb[]) e;" >"$WORK/arrays.sql"
+echo "SELECT $S.enqueue_one('bench'::text, '{\"seq\":1}'::jsonb, 'bench'::text, NULL::timestamptz, '0'::interval, 0::integer, 5::integer, NULL::jsonb, NULL::integer);" >"$WORK/go.sql"
+sed "s/FROM $S\.enqueue_jobs/FROM ${S}_old.enqueue_jobs/; s/, NULL::text\[\], NULL::text\[\], NULL::interval\[\], NULL::jsonb\[\]) e;/) e;/" "$WORK/arrays.sql" >"$WORK/go-old.sql"
 echo "SELECT $S.enqueue('bench', '{\"seq\":1}', queue => 'bench');" >"$WORK/sql.sql"
 {
 	printf '%s\n' '\startpipeline'
@@ -162,7 +167,7 @@ server_cpu() {
 	} | awk '{t += $1} END {print t}'
 }
 
-VARIANTS=${VARIANTS:-"base jobs jobs+event +trylock inline go sql"}
+VARIANTS=${VARIANTS:-"base jobs jobs+event +trylock inline arrays go sql"}
 echo "pgbench: $CLIENTS clients, $SECS s per run, $ROUNDS rounds; $(psql -qAt "$DATABASE_URL" -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', fsync=' || current_setting('fsync')")"
 for r in $(seq "$ROUNDS"); do
 	for v in $VARIANTS; do

@@ -102,11 +102,15 @@ GRANT SELECT ON {{schema}}.events TO {{stream_role}};
 -- read, cancel or retry jobs.
 GRANT USAGE ON SCHEMA {{schema}} TO {{sql_producer_role}};
 -- (Migration 0014 recreated the enqueue functions with the unique scope,
--- hold and period parameters, copying the grants they had.)
+-- hold and period parameters, copying the grants they had. Migration 0021
+-- added enqueue_one, which the Go client and enqueue() call for one job
+-- without a unique key, granting it to every role that could then call
+-- enqueue_jobs.)
 GRANT EXECUTE ON FUNCTION
     {{schema}}.enqueue(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb),
     {{schema}}.enqueue_many(jsonb),
-    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[])
+    {{schema}}.enqueue_jobs(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[]),
+    {{schema}}.enqueue_one(text, jsonb, text, timestamptz, interval, integer, integer, jsonb, integer)
 TO {{producer_role}}, {{worker_role}}, {{sql_producer_role}};
 -- Workers cancel through it too (CancelTx from a handler, the skipped jobs
 -- of a batch).

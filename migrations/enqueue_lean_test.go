@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,13 +19,28 @@ import (
 // more jobs still does, once per queue), and keeps its answers: with an
 // idle waiter on the queue, READ COMMITTED sends the wake-up, "<queue>"
 // for a due job and "<queue>|<ms>" for a later one; without one, nothing.
+// Migration 0021's enqueue_one, which the Go client and enqueue() call for
+// one job without a unique key, gives the same answers.
 func TestOneJobEnqueueWakeCheckInline(t *testing.T) {
 	t.Parallel()
+	for name, call := range map[string]string{
+		"enqueue_jobs": `SELECT e.ids[1] FROM %s.enqueue_jobs(ARRAY['k']::text[], queues => ARRAY['iq']::text[],
+		delays => ARRAY[$1::interval]) e`,
+		"enqueue_one": `SELECT %s.enqueue_one('k', queue => 'iq', delay => $1::interval)`,
+		"enqueue":     `SELECT %s.enqueue('k', queue => 'iq', delay => $1::interval)`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			oneJobWakeCheck(t, call)
+		})
+	}
+}
+
+func oneJobWakeCheck(t *testing.T, call string) {
 	pool, schema := migratedSchema(t)
 	ctx := context.Background()
 	q := sqlident.Quote(schema)
-	one := `SELECT e.ids[1] FROM ` + q + `.enqueue_jobs(ARRAY['k']::text[], queues => ARRAY['iq']::text[],
-		delays => ARRAY[$1::interval]) e`
+	one := fmt.Sprintf(call, q)
 	calls := func(tx pgx.Tx) int64 {
 		var n *int64
 		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_function_calls($1::regprocedure)`,

@@ -14,7 +14,7 @@ import (
 
 // Migration 0014 recreates the enqueue functions with new parameters; the
 // EXECUTE grants the old ones had move to the new ones, and no other role
-// gains any.
+// gains any. Migration 0021's enqueue_one goes to the same roles.
 func TestUniqueScopesKeepsEnqueueGrants(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -43,6 +43,7 @@ func TestUniqueScopesKeepsEnqueueGrants(t *testing.T) {
 		"enqueue":      "(text, jsonb, text, timestamptz, interval, integer, integer, text, text, text, interval, jsonb)",
 		"enqueue_many": "(jsonb)",
 		"enqueue_jobs": "(text[], jsonb[], text[], timestamptz[], interval[], integer[], integer[], text[], integer, text[], text[], interval[], jsonb[])",
+		"enqueue_one":  "(text, jsonb, text, timestamptz, interval, integer, integer, jsonb, integer)",
 	} {
 		for role, want := range map[string]bool{granted: true, other: false} {
 			var has bool

@@ -196,28 +196,13 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []NewJob) ([
 
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []EnqueueResult, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	n := len(jobs)
-	var (
-		kinds    = make([]string, n)
-		payloads = make([]string, n)
-		queues   = make([]string, n)
-		runAfter = make([]*time.Time, n)
-		delays   = make([]time.Duration, n)
-		prios    = make([]int32, n)
-		maxAtt   = make([]int32, n)
-		keys     = make([]*string, n)
-		// Scopes, holds and periods stay nil (NULL) unless a job sets one:
-		// the usual enqueue pays nothing for them.
-		scopes, holds []*string
-		periods       []*time.Duration
-		metas         []*string
-	)
 	if h := c.cfg.Hooks.BeforeEnqueue; h != nil {
 		// The hook may set each job's Metadata: on a copy of the slice.
 		jobs = slices.Clone(jobs)
@@ -225,36 +210,16 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []Enq
 			defer func() { done(err) }()
 		}
 	}
+	n := len(jobs)
+	a := newEnqueueArgs(n)
 	for i, j := range jobs {
 		p, err := c.prepare(i, j)
 		if err != nil {
 			return nil, err
 		}
-		kinds[i], payloads[i], queues[i], runAfter[i] = p.kind, string(p.payload), p.queue, p.runAfter
-		delays[i], prios[i], maxAtt[i], keys[i] = time.Duration(p.delayMicros)*time.Microsecond, int32(p.priority), p.maxAttempts, p.uniqueKey
-		if p.uniqueScope != nil || p.uniqueHold != nil || p.uniquePeriod != nil {
-			if scopes == nil {
-				scopes, holds, periods = make([]*string, n), make([]*string, n), make([]*time.Duration, n)
-			}
-			scopes[i], holds[i], periods[i] = p.uniqueScope, p.uniqueHold, p.uniquePeriod
-		}
-		if p.metadata != nil {
-			if metas == nil {
-				metas = make([]*string, n)
-			}
-			m := string(p.metadata)
-			metas[i] = &m
-		}
+		a.set(i, p)
 	}
-	// The SQL API's enqueue_jobs: rows, events, wake-ups and unique keys
-	// in one statement, as every other client gets them.
-	var ids []int64
-	var dups []bool
-	var heldUntil []*time.Time
-	rows, err := q.Query(ctx, c.sql.enqueue, kinds, payloads, queues, runAfter, delays, prios, maxAtt, keys, scopes, holds, periods, metas)
-	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&ids, &dups, &heldUntil}, func() error { return nil })
-	}
+	ids, dups, heldUntil, err := c.send(ctx, q, a)
 	if err != nil {
 		return nil, fmt.Errorf("queue: enqueue: %w", err)
 	}
@@ -270,10 +235,74 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []Enq
 	}
 	for i, r := range results {
 		if !r.Duplicate {
-			c.metrics.countEnqueued(queues[i], kinds[i])
+			c.metrics.countEnqueued(a.queues[i], a.kinds[i])
 		}
 	}
 	return results, nil
+}
+
+// enqueueArgs are enqueue_jobs' arguments: one element per job.
+type enqueueArgs struct {
+	kinds, payloads, queues []string
+	runAfter                []*time.Time
+	delays                  []time.Duration
+	prios, maxAtt           []int32
+	keys                    []*string
+	// Scopes, holds, periods and metadata stay nil (NULL) unless a job sets
+	// one: the usual enqueue pays nothing for them.
+	scopes, holds []*string
+	periods       []*time.Duration
+	metas         []*string
+}
+
+func newEnqueueArgs(n int) *enqueueArgs {
+	return &enqueueArgs{kinds: make([]string, n), payloads: make([]string, n), queues: make([]string, n),
+		runAfter: make([]*time.Time, n), delays: make([]time.Duration, n), prios: make([]int32, n),
+		maxAtt: make([]int32, n), keys: make([]*string, n)}
+}
+
+// set puts the i-th prepared job in the arguments.
+func (a *enqueueArgs) set(i int, p prepared) {
+	n := len(a.kinds)
+	a.kinds[i], a.payloads[i], a.queues[i], a.runAfter[i] = p.kind, string(p.payload), p.queue, p.runAfter
+	a.delays[i], a.prios[i], a.maxAtt[i], a.keys[i] = time.Duration(p.delayMicros)*time.Microsecond, int32(p.priority), p.maxAttempts, p.uniqueKey
+	if p.uniqueScope != nil || p.uniqueHold != nil || p.uniquePeriod != nil {
+		if a.scopes == nil {
+			a.scopes, a.holds, a.periods = make([]*string, n), make([]*string, n), make([]*time.Duration, n)
+		}
+		a.scopes[i], a.holds[i], a.periods[i] = p.uniqueScope, p.uniqueHold, p.uniquePeriod
+	}
+	if p.metadata != nil {
+		if a.metas == nil {
+			a.metas = make([]*string, n)
+		}
+		m := string(p.metadata)
+		a.metas[i] = &m
+	}
+}
+
+// send inserts the jobs through the SQL API: enqueue_jobs (rows, events,
+// wake-ups and unique keys in one statement, as every other client gets
+// them), or, for one job without a unique key, its scalar enqueue_one,
+// which does the same for about a third less of the server's CPU
+// (migration 0021). It returns the ids, duplicate flags and period ends.
+func (c *Client) send(ctx context.Context, q querier, a *enqueueArgs) (ids []int64, dups []bool, heldUntil []*time.Time, err error) {
+	if len(a.kinds) == 1 && a.keys[0] == nil && a.scopes == nil {
+		var meta *string
+		if a.metas != nil {
+			meta = a.metas[0]
+		}
+		var id int64
+		err := q.QueryRow(ctx, c.sql.enqueueOne, a.kinds[0], a.payloads[0], a.queues[0], a.runAfter[0], a.delays[0],
+			a.prios[0], a.maxAtt[0], meta).Scan(&id)
+		return []int64{id}, []bool{false}, nil, err
+	}
+	rows, err := q.Query(ctx, c.sql.enqueue, a.kinds, a.payloads, a.queues, a.runAfter, a.delays, a.prios, a.maxAtt,
+		a.keys, a.scopes, a.holds, a.periods, a.metas)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&ids, &dups, &heldUntil}, func() error { return nil })
+	}
+	return ids, dups, heldUntil, err
 }
 
 // CountEnqueued adds n jobs of kind on queue to pgwake_queue_enqueued_total,

@@ -16,6 +16,10 @@ type statements struct {
 	// one). Row: the ids,
 	// duplicate flags and period ends, in input order.
 	enqueue string
+	// enqueueOne calls the SQL API's enqueue_one (migration 0021) for one
+	// job without a unique key: $1 kind, $2 payload, $3 queue, $4 run_after,
+	// $5 delay, $6 priority, $7 max attempts, $8 metadata. Row: the id.
+	enqueueOne string
 	// claim locks due jobs of queue $1 that have no attempt record: up to
 	// $2 held jobs ($3: kinds that run alone) or $5 leased ones ($4: leased
 	// kinds). Rows: claimCols.
@@ -169,6 +173,8 @@ func newStatements(schema string) statements {
 func (s *statements) enqueueStatements(t tables) {
 	s.enqueue = `SELECT e.ids, e.duplicates, e.held_until FROM ` + sqlident.Quote(t.schema, "enqueue_jobs") + `($1::text[], $2::jsonb[], $3::text[],
 	$4::timestamptz[], $5::interval[], $6::integer[], $7::integer[], $8::text[], NULL::integer, $9::text[], $10::text[], $11::interval[], $12::jsonb[]) e`
+	s.enqueueOne = `SELECT ` + sqlident.Quote(t.schema, "enqueue_one") + `($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::interval,
+	$6::integer, $7::integer, $8::jsonb, NULL::integer)`
 }
 
 // claimPos is a position in claim order (priority, run_after, id), as SQL

@@ -20,8 +20,10 @@ p99_ms, max_ms, duplicates, missing and mode-specific extras). Every mode
 checks that each job was handled exactly once.
 
   drain    N jobs pre-inserted with EnqueueMany, then workers start: jobs/s
-  latency  one job per transaction at --rate for --duration: enqueue commit
-           to handler start, p50/p90/p99/max
+  latency  one job per transaction at --rate for --duration from
+           --latency-producers concurrent producers (default
+           max(4, ceil(rate/250))): enqueue commit to handler start,
+           p50/p90/p99/max
   idle     one job every --idle-interval: the same latency
   delayed  --delayed-jobs jobs with run_after spread over --delayed-spread:
            lateness of handler start against run_after

@@ -25,6 +25,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	fs.StringVar(&o.SVG, "svg", "", "also write the latency chart as SVG to this file")
 	fs.IntVar(&s.DrainJobs, "jobs", d.DrainJobs, "drain: jobs pre-inserted")
 	fs.Float64Var(&s.Rate, "rate", d.Rate, "latency: jobs per second")
+	fs.IntVar(&s.LatencyProducers, "latency-producers", 0, "latency, scheduled: concurrent producers, one job per transaction (default max(4, ceil(rate/250)))")
 	fs.DurationVar(&s.LatencyDuration, "duration", d.LatencyDuration, "latency: how long to produce")
 	fs.DurationVar(&s.IdleInterval, "idle-interval", d.IdleInterval, "idle: time between jobs")
 	fs.DurationVar(&s.IdleDuration, "idle-duration", d.IdleDuration, "idle: how long to produce")

@@ -37,6 +37,13 @@ type Sizes struct {
 	DelayedSpread time.Duration
 	// Producers is the enqueue mode's concurrency. Default 16.
 	Producers int
+	// LatencyProducers is how many producers share the latency modes'
+	// jobs (one job per transaction each, job i due at i/Rate). Default
+	// max(4, ceil(Rate/250)): 4 up to 1,000 jobs/s, as in every figure
+	// before it existed, and more above, where 4 producers each waiting
+	// for its commit's WAL flush cannot reach the rate (at 3,000 jobs/s
+	// they reached 781-1,542 for pgwake and River alike).
+	LatencyProducers int
 	// EnqueueDuration is the enqueue mode's total time, half of it on the
 	// baseline, alternating in two rounds. Default 10s.
 	EnqueueDuration time.Duration
@@ -106,6 +113,7 @@ func (s Sizes) withDefaults() Sizes {
 	def(&s.DelayedJobs, 200)
 	defD(&s.DelayedSpread, 10*time.Second)
 	def(&s.Producers, 16)
+	def(&s.LatencyProducers, max(4, int(math.Ceil(s.Rate/250))))
 	defD(&s.EnqueueDuration, 10*time.Second)
 	def(&s.ScaleSmall, 10000)
 	def(&s.ScaleLarge, 100000)
@@ -135,7 +143,7 @@ func (s Sizes) validate() error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers},
+	}{{"drain jobs", s.DrainJobs}, {"delayed jobs", s.DelayedJobs}, {"producers", s.Producers}, {"latency producers", s.LatencyProducers},
 		{"scale small", s.ScaleSmall}, {"scale large", s.ScaleLarge}, {"batch size", s.BatchSize},
 		{"concurrent jobs", s.ConcurrentJobs}, {"concurrent pool", s.ConcurrentPool}, {"stream jobs", s.StreamJobs},
 		{"scheduled jobs", s.ScheduledJobs}, {"housekeeping small", s.HousekeepingSmall},
@@ -328,7 +336,8 @@ func (rn *runner) drain(ctx context.Context, n, finished int) (Result, error) {
 // tables before the workers start.
 func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.Duration, prepare func() error) (Result, error) {
 	n := max(int(math.Round(rate*d.Seconds())), 1)
-	res := Result{Mode: mode, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{"rate": rate}}
+	p := rn.sizes.LatencyProducers
+	res := Result{Mode: mode, System: rn.sys.Name(), Jobs: n, Extra: map[string]float64{"rate": rate, "producers": float64(p)}}
 	noLatency(&res)
 	err := rn.fresh(ctx, func() error {
 		if prepare != nil {
@@ -348,11 +357,11 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		if !sleepCtx(ctx, time.Second) {
 			return ctx.Err()
 		}
-		rn.logf("%s: %s: %d jobs at %.0f/s", rn.sys.Name(), mode, n, rate)
+		rn.logf("%s: %s: %d jobs at %.0f/s, %d producers", rn.sys.Name(), mode, n, rate, p)
 		commits := make([]atomic.Int64, n)
 		syncs0, bytes0, walOK := walStats(ctx, rn.env.Pool)
 		t0 := time.Since(base)
-		enqLat, perr := produceAtRate(ctx, rn.sys, n, rate, base, commits)
+		enqLat, perr := produceAtRate(ctx, rn.sys, p, n, rate, base, commits)
 		produced := time.Since(base) - t0
 		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
 		if all {
@@ -403,11 +412,10 @@ func (rn *runner) diagnose(res *Result) {
 }
 
 // produceAtRate enqueues jobs 0..n-1, job i at base-relative time i/rate
-// from now, with a few producers so one slow commit does not delay the
-// next job. commits[i] gets the time since base just after job i's commit.
-// It returns the Enqueue calls' latencies (ms).
-func produceAtRate(ctx context.Context, sys System, n int, rate float64, base time.Time, commits []atomic.Int64) ([]float64, error) {
-	const producers = 4
+// from now, with producers concurrent producers so one slow commit does not
+// delay the next job. commits[i] gets the time since base just after job
+// i's commit. It returns the Enqueue calls' latencies (ms).
+func produceAtRate(ctx context.Context, sys System, producers, n int, rate float64, base time.Time, commits []atomic.Int64) ([]float64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan int)

@@ -263,7 +263,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: database URL: %w", ErrInvalidOptions, err)
 	}
-	need := int32(opts.Workers + opts.Sizes.Producers + 8)
+	need := int32(opts.Workers + max(opts.Sizes.Producers, opts.Sizes.LatencyProducers) + 8)
 	if cfg.MaxConns < need {
 		cfg.MaxConns = need
 	}

@@ -136,7 +136,7 @@ func DecodePayload(b []byte) (int64, error) {
 // Env is what a System runs on.
 type Env struct {
 	// Pool is shared by the bench and the system under test. Its MaxConns is
-	// at least Workers + Producers + 8.
+	// at least Workers + the larger of Producers and LatencyProducers + 8.
 	Pool *pgxpool.Pool
 	// Workers is how many jobs the system may run at once (its worker or
 	// concurrency setting).
