@@ -1,0 +1,24 @@
+package queue
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkStreamPollSleep: how long a stream's poll (streamPoll, 500 us)
+// really sleeps, with a Go timer and with sleepFor. ns/op is the sleep.
+// Here (2 cores, Go 1.26, an otherwise idle process) a timer of 500 us
+// took about 1.09 ms, sleepFor about 0.59 ms.
+func BenchmarkStreamPollSleep(b *testing.B) {
+	b.Run("timer", func(b *testing.B) {
+		for b.Loop() {
+			t := time.NewTimer(streamPoll)
+			<-t.C
+		}
+	})
+	b.Run("sleepFor", func(b *testing.B) {
+		for b.Loop() {
+			<-sleepFor(streamPoll)
+		}
+	})
+}
