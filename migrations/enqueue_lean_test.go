@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +166,24 @@ func TestManyJobEnqueueTakenIDsRaiseSerializationFailure(t *testing.T) {
 		require.True(t, errors.As(err, &pgErr), "%s: %v", call, err)
 		require.Equal(t, "40001", pgErr.Code, "%s: %v", call, err)
 	}
+}
+
+// enqueue_one checks the payload's size against payload_limit (1 MiB by
+// default, as enqueue_jobs), and not at all when it is NULL, as the Go
+// client sends it (Config.MaxPayloadBytes was checked in Go).
+func TestEnqueueOnePayloadLimit(t *testing.T) {
+	t.Parallel()
+	pool, schema := migratedSchema(t)
+	ctx := context.Background()
+	q := sqlident.Quote(schema)
+	big := `{"big":"` + strings.Repeat("x", 1<<20) + `"}`
+	_, err := pool.Exec(ctx, `SELECT `+q+`.enqueue_one('k', $1::jsonb)`, big)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, "PW003", pgErr.Code)
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT `+q+`.enqueue_one('k', $1::jsonb, payload_limit => NULL)`, big).Scan(&id))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.jobs`).Scan(&n))
+	require.Equal(t, 1, n, "only the call without a limit wrote a job")
 }

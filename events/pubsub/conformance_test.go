@@ -31,7 +31,7 @@ func (c *conformance) schema(t *testing.T) string {
 	if s, ok := c.schemas[t.Name()]; ok {
 		return s
 	}
-	s := pgtest.Schema(t)
+	s := pgtest.SchemaOn(t, c.pool)
 	_, err := migrations.Up(context.Background(), c.pool, s)
 	require.NoError(t, err)
 	c.schemas[t.Name()] = s

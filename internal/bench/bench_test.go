@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"math"
 	"strings"
@@ -405,4 +406,23 @@ func TestConcurrentModeReportsTheLeaseHeartbeat(t *testing.T) {
 	require.Zero(t, r.Duplicates)
 	require.GreaterOrEqual(t, r.Extra["lease_heartbeats"], 3.0, "extras %v", r.Extra)
 	require.Greater(t, r.Extra["lease_heartbeat_ms_total"], 0.0)
+}
+
+// The latency modes' producers default to max(4, ceil(rate/250)): 4 up to
+// 1,000 jobs/s, more above; --latency-producers sets them.
+func TestLatencyProducersFollowTheRate(t *testing.T) {
+	for args, want := range map[string]int{
+		"":                                  4,
+		"--rate 1000":                       4,
+		"--rate 1001":                       5,
+		"--rate 3000":                       12,
+		"--rate 3000 --latency-producers 2": 2,
+	} {
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		opts := bench.Flags(fs)
+		require.NoError(t, fs.Parse(strings.Fields(args)), args)
+		o, err := opts()
+		require.NoError(t, err, args)
+		require.Equal(t, want, o.Sizes.LatencyProducers, args)
+	}
 }
