@@ -84,6 +84,13 @@ func TestIdleAcknowledgementIsPrompt(t *testing.T) { // not parallel: it times
 		require.Less(t, took, 200*time.Millisecond)
 	}
 	stopStream()
+	// The last status update may still be in the old walsender's socket
+	// when stopStream returns: read the slot once that walsender is gone.
+	waitFor(t, 10*time.Second, "the slot released", func() bool {
+		var active bool
+		require.NoError(t, e.Pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, e.Slot).Scan(&active))
+		return !active
+	})
 	confirmed := confirmedFlush(t, e)
 
 	core, logs := observer.New(zap.InfoLevel)
