@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,41 +55,53 @@ func nextIsolation(la *lostAttempt, j *Job) (level int, count bool) {
 // that dies now has handed the record over); wait returns its result, and
 // may be called more than once.
 // Reading the result overlaps the handlers, so the record costs the
-// critical path no round trip.
+// critical path no round trip. What it costs is the write, on the path
+// from the claim to the first handler: the statement goes out through
+// pgconn's pipeline with its parameters in text (pgx's batch took about
+// 40 µs more to encode and send them), and into a corked socket (cork),
+// uncorked by the goroutine that reads the answer while the handler runs.
 func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func() error, err error) {
-	ids := make([]int64, len(b.jobs))
-	attempts := make([]int32, len(b.jobs))
-	for i, cj := range b.jobs {
-		ids[i], attempts[i] = cj.job.ID, int32(cj.job.Attempt)
-	}
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("record attempt start: %w", err)
 	}
 	// One autocommit statement; the table is unlogged, so its commit waits
-	// for no WAL flush. SendBatch flushes the statement before it returns
-	// (a statement new to the connection is described first, once).
-	// A recovered job has a record to replace; a job claimed as usual has
-	// none, or rarely a stale one of an earlier attempt, replaced when the
-	// plain INSERT finds it.
+	// for no WAL flush. A recovered job has a record to replace; a job
+	// claimed as usual has none, or rarely a stale one of an earlier
+	// attempt, replaced when the plain INSERT finds it.
 	stmt := c.sql.recordStarts
 	if level != isolationNone {
 		stmt = c.sql.replaceStarts
 	}
-	args := []any{ids, b.jobs[0].job.Queue, attempts, int32(len(b.jobs)), c.id, int16(level)}
-	pb := &pgx.Batch{}
-	pb.Queue(stmt, args...)
-	br := conn.Conn().SendBatch(ctx, pb)
+	// Prepared once per connection (primeClaims does it at start), so that
+	// nothing below waits for the server.
+	sd, err := conn.Conn().Prepare(ctx, stmt, stmt)
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("record attempt start: %w", err)
+	}
+	params := c.startsParams(b, level)
+	pc := conn.Conn().PgConn()
+	uncork := cork(pc.Conn())
+	p := pc.StartPipeline(ctx)
+	p.SendQueryPrepared(sd.Name, params, nil, nil)
+	if err := p.Sync(); err != nil {
+		uncork()
+		_ = p.Close()
+		conn.Release()
+		return nil, fmt.Errorf("record attempt start: %w", err)
+	}
 	done := make(chan error, 1)
 	go func() {
-		err := br.Close()
+		uncork()
+		err := p.Close()
 		var pe *pgconn.PgError
 		if level == isolationNone && errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a stale record
-			_, err = conn.Exec(ctx, c.sql.replaceStarts, args...)
+			err = c.replaceStartsOn(ctx, conn.Conn(), params)
 		}
 		conn.Release()
 		if ts := c.signals; ts != nil && err == nil {
-			ts.startsRecorded.signal(ids)
+			ts.startsRecorded.signal(batchIDs(b))
 		}
 		done <- err
 	}()
@@ -98,6 +111,43 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		}
 		return nil
 	}), nil
+}
+
+// startsParams is the parameters of recordStarts for b's jobs, in text:
+// ids, queue, attempts, batch size, client id, isolation level.
+func (c *Client) startsParams(b *batch, level int) [][]byte {
+	ids := make([]byte, 0, 1+len(b.jobs)*8)
+	attempts := make([]byte, 0, 1+len(b.jobs)*2)
+	ids, attempts = append(ids, '{'), append(attempts, '{')
+	for i, cj := range b.jobs {
+		if i > 0 {
+			ids, attempts = append(ids, ','), append(attempts, ',')
+		}
+		ids = strconv.AppendInt(ids, cj.job.ID, 10)
+		attempts = strconv.AppendInt(attempts, int64(cj.job.Attempt), 10)
+	}
+	ids, attempts = append(ids, '}'), append(attempts, '}')
+	return [][]byte{ids, []byte(b.jobs[0].job.Queue), attempts,
+		strconv.AppendInt(nil, int64(len(b.jobs)), 10), []byte(c.id), strconv.AppendInt(nil, int64(level), 10)}
+}
+
+// replaceStartsOn runs replaceStarts with params on conn.
+func (c *Client) replaceStartsOn(ctx context.Context, conn *pgx.Conn, params [][]byte) error {
+	sd, err := conn.Prepare(ctx, c.sql.replaceStarts, c.sql.replaceStarts)
+	if err != nil {
+		return err
+	}
+	_, err = conn.PgConn().ExecPrepared(ctx, sd.Name, params, nil, nil).Close()
+	return err
+}
+
+// batchIDs is the ids of b's jobs.
+func batchIDs(b *batch) []int64 {
+	ids := make([]int64, len(b.jobs))
+	for i, cj := range b.jobs {
+		ids[i] = cj.job.ID
+	}
+	return ids
 }
 
 // forgetStarts deletes our records of jobs that never started (best effort:

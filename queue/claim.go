@@ -409,6 +409,11 @@ func (c *Client) claimHead(queue string, n, leasedN int) (plain bool, stmt strin
 // attempt record it sends would wait for its description before the
 // handler may start (p90 430 µs of the idle path, docs/benchmarks.md).
 func (c *Client) primeClaims(ctx context.Context, conn *pgx.Conn) error {
+	// sendStarts runs the record as a statement prepared under its own
+	// text; the batch below runs it once too (pgx finds it by that name).
+	if _, err := conn.Prepare(ctx, c.sql.recordStarts, c.sql.recordStarts); err != nil {
+		return err
+	}
 	_, head, headArgs := c.claimHead("", 1, 1)
 	pb := &pgx.Batch{}
 	pb.Queue(genericPlan)

@@ -67,17 +67,24 @@ func helperMain() int {
 // effectHandler writes the job's effect in the claim transaction, then holds
 // the transaction open for hold (a handler doing work). A job with payload
 // {"die": "exit"} or {"die": "kill"} then kills its own process, with
-// os.Exit or SIGKILL (a crash, an OOM kill).
+// os.Exit or SIGKILL (a crash, an OOM kill); {"die": "kill-first"} does it
+// before the effect, as its first step.
 func effectHandler(schema string, hold time.Duration) queue.Handler {
 	return queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
-		if err := effect(ctx, tx, schema, j); err != nil {
-			return err
-		}
 		var p struct {
 			Die  string
 			Hang bool
 		}
 		_ = json.Unmarshal(j.Payload, &p)
+		if p.Die == "kill-first" {
+			// At once: the attempt record may still be in the socket's
+			// buffer (corked), not yet sent.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		if err := effect(ctx, tx, schema, j); err != nil {
+			return err
+		}
 		if p.Hang && j.Attempt == 1 {
 			<-ctx.Done() // until its process is killed
 			return ctx.Err()
