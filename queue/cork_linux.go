@@ -12,7 +12,7 @@ import (
 // 2-core machine, against 6-11 µs corked). Bytes held that way are not
 // lost when the process dies: closing the socket, which the kernel does
 // for a dead process, sends them with the FIN, and the server runs the
-// statement they carry (TestCorkedWriteSurvivesExit). A connection that
+// statement they carry (TestCorkedWriteSurvivesItsProcess). A connection that
 // is not TCP (a Unix socket) is left as it is: uncork does nothing.
 func cork(c net.Conn) (uncork func()) {
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn

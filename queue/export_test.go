@@ -186,3 +186,6 @@ func (s Signals) Cooldowns() []int {
 		}
 	}
 }
+
+// Cork is cork (cork_linux.go), for TestCorkedWriteSurvivesItsProcess.
+var Cork = cork

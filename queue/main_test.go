@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	if os.Getenv(corkHelperEnv) != "" {
+		os.Exit(corkHelperMain())
+	}
 	pgtest.Main(m)
 }
 

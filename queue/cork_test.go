@@ -1,0 +1,72 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// corkHelperEnv makes the test binary a process that corks its connection,
+// writes an INSERT into the table the variable names, and dies at once
+// (corkHelperMain).
+const corkHelperEnv = "PGWAKE_TEST_CORK_TABLE"
+
+func corkHelperMain() int {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, os.Getenv("PGWAKE_TEST_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	pc := conn.PgConn()
+	queue.Cork(pc.Conn())
+	q := "INSERT INTO " + os.Getenv(corkHelperEnv) + " VALUES ('" + os.Getenv("PGWAKE_TEST_HOW") + "')"
+	p := pc.StartPipeline(ctx)
+	p.SendQueryParams(q, nil, nil, nil, nil)
+	if err := p.Sync(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	if os.Getenv("PGWAKE_TEST_HOW") == "kill" {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	os.Exit(0)
+	return 0
+}
+
+// What a process wrote into a corked socket (the attempt record, before its
+// handler starts) reaches the server and commits although the process dies
+// before anything uncorks it: exit and SIGKILL, five times each.
+func TestCorkedWriteSurvivesItsProcess(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	table := fmt.Sprintf("cork_%d", time.Now().UnixNano())
+	_, err := pool.Exec(ctx, `CREATE UNLOGGED TABLE `+table+` (how text)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE `+table) })
+	for range 5 {
+		for _, how := range []string{"exit", "kill"} {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), corkHelperEnv+"="+table, "PGWAKE_TEST_URL="+pool.Config().ConnString(), "PGWAKE_TEST_HOW="+how)
+			cmd.Stderr = os.Stderr
+			_ = cmd.Run() // it dies
+		}
+	}
+	var n int
+	waitFor(t, 10*time.Second, "ten rows", func() bool {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+		return n == 10
+	})
+}
