@@ -91,6 +91,10 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		conn.Release()
 		return nil, fmt.Errorf("record attempt start: %w", err)
 	}
+	var ids []int64 // for the test signal, taken before the handlers start
+	if c.signals != nil {
+		ids = batchIDs(b)
+	}
 	done := make(chan error, 1)
 	go func() {
 		uncork()
@@ -101,7 +105,7 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		}
 		conn.Release()
 		if ts := c.signals; ts != nil && err == nil {
-			ts.startsRecorded.signal(batchIDs(b))
+			ts.startsRecorded.signal(ids)
 		}
 		done <- err
 	}()
