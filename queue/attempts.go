@@ -93,7 +93,7 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 	}
 	var ids []int64 // for the test signal, taken before the handlers start
 	if c.signals != nil {
-		ids = batchIDs(b)
+		ids = b.ids()
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -143,15 +143,6 @@ func (c *Client) replaceStartsOn(ctx context.Context, conn *pgx.Conn, params [][
 	}
 	_, err = conn.PgConn().ExecPrepared(ctx, sd.Name, params, nil, nil).Close()
 	return err
-}
-
-// batchIDs is the ids of b's jobs.
-func batchIDs(b *batch) []int64 {
-	ids := make([]int64, len(b.jobs))
-	for i, cj := range b.jobs {
-		ids[i] = cj.job.ID
-	}
-	return ids
 }
 
 // forgetStarts deletes our records of jobs that never started (best effort:

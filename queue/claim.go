@@ -79,6 +79,15 @@ func (b *batch) begin(i int) bool {
 	return !b.cancels[b.jobs[i].job.ID]
 }
 
+// ids is the ids of b's jobs, in claim order.
+func (b *batch) ids() []int64 {
+	ids := make([]int64, len(b.jobs))
+	for i, cj := range b.jobs {
+		ids[i] = cj.job.ID
+	}
+	return ids
+}
+
 // stop marks the batch as starting nothing more and returns the ids of the
 // jobs it did not start.
 func (b *batch) stop() []int64 {

@@ -267,10 +267,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 			succeeded = append(succeeded, r.job.ID)
 		}
 	}
-	all := make([]int64, len(b.jobs))
-	for i, cj := range b.jobs {
-		all[i] = cj.job.ID
-	}
+	all := b.ids()
 	pb := &pgx.Batch{}
 	var skipped map[int64]bool // read only, so nil when nothing was cancelled
 	cancels := b.cancelled()

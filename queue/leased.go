@@ -173,10 +173,7 @@ func (c *Client) startLeased(hardCtx context.Context, b *batch, l *queueLoop) ma
 		}
 		return started
 	}
-	ids := make([]int64, len(b.jobs))
-	for i, cj := range b.jobs {
-		ids[i] = cj.job.ID
-	}
+	ids := b.ids()
 	rctx, cancel := recordContext(hardCtx)
 	pb := &pgx.Batch{}
 	pb.Queue(c.sql.startLeased, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id).Query(func(rows pgx.Rows) error {
