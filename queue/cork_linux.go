@@ -8,8 +8,8 @@ import (
 // cork makes the kernel hold what is written to c's TCP socket until
 // uncork is called (TCP_CORK), so that a write returns once its bytes are
 // in the socket's buffer, without taking the time to push them through the
-// loopback and wake the server's process (28-69 µs a write on an idle
-// 2-core machine, against 6-11 µs corked). Bytes held that way are not
+// loopback and wake the server's process (medians of 45-107 µs a write on
+// an idle 2-core machine, against 9.5-20 µs corked: BenchmarkCorkedWrite). Bytes held that way are not
 // lost when the process dies: closing the socket, which the kernel does
 // for a dead process, sends them with the FIN, and the server runs the
 // statement they carry (TestCorkedWriteSurvivesItsProcess). A connection that

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -69,4 +70,44 @@ func TestCorkedWriteSurvivesItsProcess(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
 		return n == 10
 	})
+}
+
+// BenchmarkCorkedWrite times one write of a 5-byte Sync message to an
+// idle loopback connection, 10 ms after the last, plain and into a corked
+// socket (uncorked after the timed write), and reports the medians in µs.
+// The corked write is what sendStarts puts between a claim's answer and
+// the first handler.
+//
+//	go test -run '^$' -bench BenchmarkCorkedWrite -benchtime 300x ./queue/
+func BenchmarkCorkedWrite(b *testing.B) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.Pool(b).Config().ConnConfig.ConnString())
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	nc := conn.PgConn().Conn()
+	sync := []byte{'S', 0, 0, 0, 4}
+	buf := make([]byte, 64)
+	var plain, corked []float64
+	write := func(corkIt bool) float64 {
+		time.Sleep(10 * time.Millisecond)
+		uncork := func() {}
+		if corkIt {
+			uncork = queue.Cork(nc)
+		}
+		t := time.Now()
+		_, err := nc.Write(sync)
+		d := time.Since(t)
+		uncork()
+		require.NoError(b, err)
+		_, err = nc.Read(buf) // ReadyForQuery
+		require.NoError(b, err)
+		return float64(d.Nanoseconds()) / 1e3
+	}
+	for b.Loop() {
+		plain = append(plain, write(false))
+		corked = append(corked, write(true))
+	}
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(plain), "plain-µs/write")
+	b.ReportMetric(median(corked), "corked-µs/write")
 }
