@@ -656,6 +656,35 @@ func TestLostAttemptIsRecoveredWhileBusy(t *testing.T) {
 	require.Less(t, took, 3*time.Second)
 }
 
+// A lost attempt's job whose run_after was moved ahead (by hand, say)
+// runs when it is due, not at the first look for lost attempts.
+func TestLostAttemptWaitsForItsRunAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ran := make(chan time.Time, 1)
+	e := newEnv(t, queue.Config{
+		PollInterval: 200 * time.Millisecond,
+		Queues:       map[string]queue.QueueConfig{"q": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error {
+			ran <- time.Now()
+			return nil
+		})},
+	})
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "q", Kind: "k", Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	e.recordAttempt(e.pool, r.ID, 1, 0) // its attempt 1 began in a client that is gone
+	var due time.Time
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT run_after FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).Scan(&due))
+	defer e.run()()
+	select {
+	case at := <-ran:
+		require.False(t, at.Before(due), "ran %s before its run_after", due.Sub(at))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lost job never ran")
+	}
+	waitFor(t, 10*time.Second, "the job to succeed", func() bool { return e.count(`state = 'succeeded'`) == 1 })
+}
+
 // recordAttempt writes, through q, the record that attempt of job id (in
 // queue "q") began in a client that is gone, at isolation level isolation.
 func (e *env) recordAttempt(q interface {

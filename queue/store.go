@@ -235,6 +235,7 @@ func (s *statements) claimStatements(t tables) {
 SELECT ` + claimCols + `, a.attempt, a.isolation, a.client_id
 FROM ` + attempts + ` a JOIN ` + jobs + ` j ON j.id = a.job_id
 WHERE a.queue = $1 AND j.queue = $1 AND ` + stateIs("j.state", "pending") + ` AND a.attempt > j.attempts
+	AND j.run_after <= now()
 ORDER BY a.started_at
 LIMIT 1
 FOR UPDATE OF j SKIP LOCKED`
