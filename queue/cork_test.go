@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,8 +38,7 @@ func corkHelperMain() int {
 		return 3
 	}
 	if os.Getenv("PGWAKE_TEST_HOW") == "kill" {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
+		killSelf()
 	}
 	os.Exit(0)
 	return 0

@@ -79,8 +79,7 @@ func effectHandler(schema string, hold time.Duration) queue.Handler {
 		if p.Die == "kill-first" {
 			// At once: the attempt record may still be in the socket's
 			// buffer (corked), not yet sent.
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+			killSelf()
 		}
 		if err := effect(ctx, tx, schema, j); err != nil {
 			return err
@@ -93,8 +92,7 @@ func effectHandler(schema string, hold time.Duration) queue.Handler {
 		case "exit":
 			os.Exit(7)
 		case "kill":
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+			killSelf()
 		}
 		if hold > 0 {
 			select {
@@ -298,4 +296,10 @@ func TestShutdownDeadlineCancelsHandlersAndCountsTheAttempt(t *testing.T) {
 	require.Equal(t, 3, e.count(`state = 'pending' AND attempts = 1 AND last_error LIKE '%context canceled%'`))
 	require.Empty(t, e.effectCounts())
 	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// killSelf SIGKILLs the test's helper process and does not return.
+func killSelf() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }
