@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -66,8 +69,10 @@ func isNotFound(err error) bool { return errors.Is(err, events.ErrSlotNotFound) 
 func (e *Env) Table(name string) string { return sqlident.Quote(e.Schema, name) }
 
 func (e *Env) Config(pub message.Publisher) events.Config {
+	// The stream's log goes to the test's, shown when the test fails.
 	return events.Config{Schema: e.Schema, Slot: e.Slot, Publication: e.Pub, Publisher: pub,
-		StatusInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, MaxBackoff: time.Second}
+		StatusInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, MaxBackoff: time.Second,
+		Logger: zaptest.NewLogger(e.T, zaptest.Level(zap.InfoLevel))}
 }
 
 // runStream runs a stream until the test ends (or stop is called) and waits
@@ -243,24 +248,58 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// waitDelivered waits until every event of the table arrived.
+// waitDelivered waits until every event of the table arrived. On timeout
+// it fails the test naming the missing events and where the slot stands.
 func (e *Env) WaitDelivered(col *Collector, d time.Duration) map[int64]events.Event {
 	e.T.Helper()
-	var table map[int64]events.Event
-	WaitFor(e.T, d, "all events delivered", func() bool {
-		table = e.TableEvents()
+	deadline := time.Now().Add(d)
+	for {
+		table := e.TableEvents()
+		got := col.Snapshot()
 		seen := map[int64]bool{}
-		for _, r := range col.Snapshot() {
+		for _, r := range got {
 			seen[r.Ev.ID] = true
 		}
-		for id := range table {
+		var missing []events.Event
+		for id, ev := range table {
 			if !seen[id] {
-				return false
+				missing = append(missing, ev)
 			}
 		}
-		return true
-	})
-	return table
+		if len(missing) == 0 {
+			return table
+		}
+		if time.Now().After(deadline) {
+			sort.Slice(missing, func(i, j int) bool { return missing[i].ID < missing[j].ID })
+			var lines []string
+			for i, ev := range missing {
+				if i == 20 {
+					lines = append(lines, fmt.Sprintf("... and %d more", len(missing)-i))
+					break
+				}
+				lines = append(lines, fmt.Sprintf("event %d job %d %s at %s", ev.ID, ev.JobID, ev.Type, ev.At.Format(time.RFC3339Nano)))
+			}
+			e.T.Fatalf("timed out after %s waiting for all events delivered: %d of %d missing (%d messages received)\n%s\n%s",
+				d, len(missing), len(table), len(got), strings.Join(lines, "\n"), e.slotState())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slotState describes the env's slot and the server's WAL position, for a
+// failure message.
+func (e *Env) slotState() string {
+	var state string
+	err := e.Pool.QueryRow(context.Background(), `
+SELECT format('slot %s active %s pid %s confirmed_flush_lsn %s restart_lsn %s; server wal %s; walsender %s',
+	s.slot_name, s.active, s.active_pid, s.confirmed_flush_lsn, s.restart_lsn, pg_current_wal_lsn(),
+	coalesce((SELECT format('state %s sent %s flush %s wait %s/%s', r.state, r.sent_lsn, r.flush_lsn, a.wait_event_type, a.wait_event)
+		FROM pg_stat_replication r JOIN pg_stat_activity a USING (pid) WHERE r.pid = s.active_pid), 'none'))
+FROM pg_replication_slots s WHERE s.slot_name = $1`, e.Slot).Scan(&state)
+	if err != nil {
+		return fmt.Sprintf("slot %s: %v", e.Slot, err)
+	}
+	return state
 }
 
 // produce enqueues small batches of jobs until stop is called; errors (a
