@@ -77,6 +77,9 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 	// nothing below waits for the server.
 	sd, err := conn.Conn().Prepare(ctx, stmt, stmt)
 	if err != nil {
+		if staleStatement(err) {
+			closeStale(conn.Conn())
+		}
 		conn.Release()
 		return nil, fmt.Errorf("record attempt start: %w", err)
 	}
@@ -102,6 +105,9 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		var pe *pgconn.PgError
 		if level == isolationNone && errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a stale record
 			err = c.replaceStartsOn(ctx, conn.Conn(), params)
+		}
+		if staleStatement(err) {
+			closeStale(conn.Conn())
 		}
 		conn.Release()
 		if ts := c.signals; ts != nil && err == nil {

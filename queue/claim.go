@@ -43,6 +43,9 @@ type batch struct {
 	// freeSlot gives the dispatcher's slot back once (nil: no slot), so
 	// that the next claim overlaps this batch's commit.
 	freeSlot func()
+	// stale: a statement on the connection failed because the server no
+	// longer has it (staleStatement); release closes the connection.
+	stale bool
 }
 
 type claimedJob struct {
@@ -59,12 +62,15 @@ type lostAttempt struct {
 }
 
 // release ends the transaction (rolling back if still open) and returns the
-// connection to the pool, which discards it if it is not idle.
+// connection to the pool, which discards it if it is not idle. A stale
+// connection is closed first, so the pool discards it too.
 func (b *batch) release() {
 	if b.conn == nil {
 		return
 	}
-	if b.conn.Conn().PgConn().TxStatus() != 'I' {
+	if b.stale {
+		closeStale(b.conn.Conn())
+	} else if b.conn.Conn().PgConn().TxStatus() != 'I' {
 		rollback(b.tx)
 	}
 	b.conn.Release()
@@ -310,6 +316,7 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 		b.tx = tx // else chained (beginLook): b.tx is still the transaction
 	}
 	if err := br.Close(); err != nil {
+		b.check(err)
 		b.release()
 		return fmt.Errorf("claim: %w", err)
 	}
@@ -376,6 +383,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 			rows.Close()
 		}
 		if err != nil {
+			b.check(err)
 			b.release()
 			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
 		}
@@ -395,6 +403,7 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	// Nothing due: end the transaction and ask for the earliest delayed job
 	// in one more round trip.
 	next, err := c.nextDue(ctx, b.conn.Conn(), queue, true)
+	b.check(err)
 	b.release()
 	return nil, next, err
 }

@@ -115,6 +115,9 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 			return
 		}
 		run.broken = fmt.Errorf("commit failed: %w", err)
+		if staleStatement(err) {
+			run.broken = fmt.Errorf("commit failed: %w (a handler dropped the connection's prepared statements: DEALLOCATE, perhaps inside a function)", err)
+		}
 	}
 	for i := range run.results {
 		run.results[i].completedWith(run.broken)
@@ -171,6 +174,10 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		run.wrote = run.wrote || jtx.savepoint
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
+		if jtx.resync && b.conn.Conn().PgConn().TxStatus() == 'T' {
+			// Its statements are gone from the server (stale.go).
+			b.check(b.conn.Conn().DeallocateAll(rctx))
+		}
 		switch b.conn.Conn().PgConn().TxStatus() {
 		case 'I':
 			r.err = ErrTxEnded
@@ -190,6 +197,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 			_ = recorded() // its error is reported once the handlers are done
 			c.completing(rctx, &r)
 			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
+				b.check(err)
 				run.broken, run.culprit = err, &r
 				return run
 			}
@@ -286,6 +294,7 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {
+		b.check(err)
 		return err
 	}
 	// A COMMIT of an aborted transaction answers ROLLBACK without an error.

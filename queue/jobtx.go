@@ -25,6 +25,10 @@ type jobTx struct {
 	savepoint bool
 	batch     *batch                                    // the claimed batch, for CancelTx
 	begin     func(ctx context.Context) (pgx.Tx, error) // leased mode
+	// resync: the handler may have dropped the connection's prepared
+	// statements (DEALLOCATE through Query, QueryRow or SendBatch); the
+	// executor resynchronizes pgx when the handler returns (stale.go).
+	resync bool
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -78,6 +82,9 @@ func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.ensure(ctx); err != nil {
 		return errBatch{err}
 	}
+	for _, q := range b.QueuedQueries {
+		t.resync = t.resync || mentionsDeallocate(q.SQL)
+	}
 	return t.tx.SendBatch(ctx, b)
 }
 
@@ -95,12 +102,17 @@ func (t *jobTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Statemen
 	return t.tx.Prepare(ctx, name, sql)
 }
 
-// Exec runs sql in the claim transaction.
+// Exec runs sql in the claim transaction. After a DEALLOCATE, pgx forgets
+// the connection's prepared statements too (stale.go).
 func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return t.tx.Exec(ctx, sql, args...)
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	if err == nil && mentionsDeallocate(sql) {
+		err = t.tx.Conn().DeallocateAll(ctx)
+	}
+	return tag, err
 }
 
 // Query runs sql in the claim transaction.
@@ -108,6 +120,7 @@ func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
+	t.resync = t.resync || mentionsDeallocate(sql)
 	return t.tx.Query(ctx, sql, args...)
 }
 
@@ -116,6 +129,7 @@ func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := t.ensure(ctx); err != nil {
 		return errRow{err}
 	}
+	t.resync = t.resync || mentionsDeallocate(sql)
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 
