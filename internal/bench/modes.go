@@ -385,6 +385,11 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 				continue
 			}
 			lat = append(lat, ms(s-time.Duration(c)))
+			if i == 0 {
+				// The first job after the workers started: what a start
+				// left unprepared shows here.
+				res.Extra["first_ms"] = lat[0]
+			}
 		}
 		st := Summarize(lat)
 		res.withStats(st)
