@@ -32,20 +32,23 @@ const warmStatementTimeout = 5 * time.Second
 // wait while the pool opens them: on a 2-core machine ten held workers met
 // by 200 jobs/s made the first jobs wait 57-104 ms (docs/benchmarks.md).
 // Held-mode handlers hold one each: one per worker and one per queue's
-// claim, leaving one of the pool's; every connection gets the held claims'
-// statements prepared (primeClaims). Leased handlers hold none: a client
-// whose kinds are all leased uses one per queue's claim, one for its
-// grouped completions and one for its lease heartbeat, and warmStatements
-// readies their statements on each. The pool's idle connections are
-// readied first (the pool hands them out before it opens more), then each
-// connection it opens is readied as soon as it is open: readying them only
-// after opening all of them left a client of 50 workers with none readied
-// within the deadline, and its first job parsed and planned the claim (9-14
-// ms from commit to handler, against under 1 ms warm;
-// TestStartReadiesTheConnectionsItOpens). Best effort, warmParallel
-// connections at a time, and no connection begun after warmPoolTimeout:
-// connections it did not get to are opened (and their statements
-// prepared) when needed, as before.
+// claim, leaving one of the pool's; then every idle connection gets the
+// held claims' statements prepared (primeClaims). Leased handlers hold
+// none: a client whose kinds are all leased uses one per queue's claim, one
+// for its grouped completions and one for its lease heartbeat, and
+// warmStatements readies their statements on each. Best effort,
+// warmParallel connections at a time, in two steps with a deadline of
+// warmPoolTimeout each: the first begins no connection after its deadline,
+// the second readies none after its own. A connection begun in time is
+// opened and readied whatever it takes. Connections it did not get to are
+// opened (and their statements prepared) when needed, as before.
+//
+// One deadline for both steps left a client of 50 workers on 2 cores with
+// about 9 of 51 connections readied (opening them used the deadline up),
+// and a connection still opening at the deadline joined the pool unready,
+// the first one it hands out: the first job after a start parsed and
+// planned the claim, 9-14 ms from commit to handler against 1-3 ms
+// (TestStartReadiesTheConnectionsItOpens).
 func (c *Client) warmPool(ctx context.Context) {
 	if len(c.loops) == 0 {
 		return
@@ -54,21 +57,29 @@ func (c *Client) warmPool(ctx context.Context) {
 	if c.warmTimeout > 0 {
 		d = c.warmTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	ready := func(ctx context.Context, i int, conn *pgxpool.Conn) {
-		if c.onlyLeased {
+	octx, ocancel := context.WithTimeout(ctx, d)
+	held := c.openConns(octx)
+	ocancel()
+	rctx, rcancel := context.WithTimeout(ctx, d)
+	defer rcancel()
+	if c.onlyLeased {
+		eachConn(rctx, held, func(ctx context.Context, i int, conn *pgxpool.Conn) {
 			c.warmStatements(ctx, conn.Conn(), i)
-			return
-		}
+		})
+	}
+	for _, conn := range held {
+		conn.Release()
+	}
+	if c.onlyLeased {
+		return
+	}
+	idle := c.pool.AcquireAllIdle(rctx)
+	eachConn(rctx, idle, func(ctx context.Context, _ int, conn *pgxpool.Conn) {
 		if err := c.primeClaims(ctx, conn.Conn()); err != nil {
 			c.log.Debug("could not prepare a connection's claim statements", zap.Error(err))
 		}
-	}
-	idle := c.pool.AcquireAllIdle(ctx)
-	eachConn(ctx, idle, ready)
-	held := c.openConns(ctx, len(idle), ready)
-	for _, conn := range append(idle, held...) {
+	})
+	for _, conn := range idle {
 		conn.Release()
 	}
 }
@@ -109,42 +120,44 @@ func warmEach(n int, f func(i int) bool) {
 	wg.Wait()
 }
 
-// openConns opens the connections warmPool wants beyond the pool's (held
-// already: the idle ones warmPool holds), warmParallel at a time, each
-// readied by ready (numbered from held on) as soon as it is open, and
-// holds each (so each is a distinct connection) until ctx is done or all
-// are open. A connection begun before ctx ended is opened and readied.
-func (c *Client) openConns(ctx context.Context, held int, ready func(ctx context.Context, i int, conn *pgxpool.Conn)) []*pgxpool.Conn {
-	want := MinPoolConns(c.cfg) - 1 - int(c.pool.Stat().TotalConns())
+// openConns acquires the connections warmPool readies, warmParallel at a
+// time, holding each (so each is a distinct connection) until ctx is done
+// or all are held: for a leased-only client its idle ones first (the ones
+// the pool hands out next). A connection begun before ctx ended is opened
+// and held.
+func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
+	want := MinPoolConns(c.cfg) - 1
 	if c.onlyLeased {
-		want = len(c.loops) + 2 - held
+		want = len(c.loops) + 2
 	}
-	want = min(want, int(c.pool.Config().MaxConns)-1-int(c.pool.Stat().TotalConns()))
-	if want <= 0 {
+	want = min(want, int(c.pool.Config().MaxConns)-1)
+	if want <= 0 || (!c.onlyLeased && want <= int(c.pool.Stat().TotalConns())) {
 		return nil
 	}
-	var opened []*pgxpool.Conn
+	var held []*pgxpool.Conn
+	if c.onlyLeased {
+		held = c.pool.AcquireAllIdle(ctx)
+	}
 	var mu sync.Mutex
-	warmEach(want, func(i int) bool {
+	warmEach(max(want-len(held), 0), func(int) bool {
 		if ctx.Err() != nil {
 			return false
 		}
 		// Not cut short by ctx: a connection the deadline interrupted
 		// while it opened would join the pool unready, and be the first
-		// it hands out.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+		// one it hands out.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
 		defer cancel()
-		conn, err := c.pool.Acquire(fctx)
+		conn, err := c.pool.Acquire(actx)
 		if err != nil {
 			return false
 		}
 		mu.Lock()
-		opened = append(opened, conn)
+		held = append(held, conn)
 		mu.Unlock()
-		ready(fctx, held+i, conn)
 		return true
 	})
-	return opened
+	return held
 }
 
 // planWarmups is how many times warmStatements runs the leased claim on a

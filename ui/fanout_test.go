@@ -90,9 +90,10 @@ func TestBatchReachesAStreamInOneWrite(t *testing.T) {
 		evs = append(evs, queue.EventInfo{ID: i + 1, JobID: i/2 + 1, Type: queue.EventEnqueued, Queue: "q", Kind: "k", At: at})
 	}
 	require.Equal(t, 50, h.deliver(evs, at))
-	pgtest.WaitFor(t, 10*time.Second, "the batch on every stream", func() bool {
-		for _, r := range recs {
-			if _, _, b := r.counts(); !bytes.Contains([]byte(b), []byte("id: 50\nevent: mark\n")) {
+	pgtest.WaitFor(t, 10*time.Second, "the batch on every stream, flushed", func() bool {
+		for i, r := range recs {
+			// The flush follows the write: wait for both.
+			if _, f, b := r.counts(); !bytes.Contains([]byte(b), []byte("id: 50\nevent: mark\n")) || f == was[i].flushes {
 				return false
 			}
 		}
