@@ -77,9 +77,7 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 	// nothing below waits for the server.
 	sd, err := conn.Conn().Prepare(ctx, stmt, stmt)
 	if err != nil {
-		if staleStatement(err) {
-			closeStale(conn.Conn())
-		}
+		closeIfStale(conn.Conn(), err)
 		conn.Release()
 		return nil, fmt.Errorf("record attempt start: %w", err)
 	}
@@ -106,9 +104,7 @@ func (c *Client) sendStarts(ctx context.Context, b *batch, level int) (wait func
 		if level == isolationNone && errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a stale record
 			err = c.replaceStartsOn(ctx, conn.Conn(), params)
 		}
-		if staleStatement(err) {
-			closeStale(conn.Conn())
-		}
+		closeIfStale(conn.Conn(), err)
 		conn.Release()
 		if ts := c.signals; ts != nil && err == nil {
 			ts.startsRecorded.signal(ids)

@@ -41,6 +41,14 @@ func closeStale(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
+// closeIfStale closes conn when err says a statement on it is stale
+// (staleStatement).
+func closeIfStale(conn *pgx.Conn, err error) {
+	if staleStatement(err) {
+		closeStale(conn)
+	}
+}
+
 // mentionsDeallocate reports whether sql may contain a DEALLOCATE statement
 // (ASCII case-insensitive; a false positive costs one resynchronization).
 func mentionsDeallocate(sql string) bool {

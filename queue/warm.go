@@ -92,11 +92,17 @@ func eachConn(ctx context.Context, conns []*pgxpool.Conn, f func(ctx context.Con
 		if ctx.Err() != nil {
 			return false
 		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+		fctx, cancel := uncut(ctx)
 		defer cancel()
 		f(fctx, i, conns[i])
 		return true
 	})
+}
+
+// uncut is ctx's values under a deadline of warmStatementTimeout instead
+// of ctx's end: what the warm-up began, it finishes.
+func uncut(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
 }
 
 // warmEach calls f for 0..n-1, warmParallel calls at a time; a call that
@@ -146,7 +152,7 @@ func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 		// Not cut short by ctx: a connection the deadline interrupted
 		// while it opened would join the pool unready, and be the first
 		// one it hands out.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+		actx, cancel := uncut(ctx)
 		defer cancel()
 		conn, err := c.pool.Acquire(actx)
 		if err != nil {
