@@ -75,6 +75,8 @@ func TestLeasedDelayedJobsEachArmTheTimer(t *testing.T) {
 	second, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "ld", Kind: "k", RunAfter: now.Add(3 * time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, first.ID, <-ran)
-	signals.WaitArmed(t, "ld", func(at time.Time) bool { return !at.Before(now.Add(3*time.Second)) && at.Before(now.Add(4*time.Second)) })
+	signals.WaitArmed(t, "ld", func(at time.Time) bool {
+		return !at.Before(now.Add(3*time.Second)) && at.Before(now.Add(4*time.Second))
+	})
 	require.Equal(t, second.ID, <-ran)
 }
