@@ -144,6 +144,10 @@ func TestStartOpensTheWorkersConnections(t *testing.T) {
 			return nil
 		})},
 	})
+	// The warm-up is best effort within 500 ms; what it opens is what this
+	// test checks, so a loaded machine must not cut it short (a CI run
+	// opened 6 of 8 in time).
+	queue.SetWarmPoolTimeout(e.c, 30*time.Second)
 	ctx := context.Background()
 	require.Less(t, e.pool.Stat().TotalConns(), int32(4), "the pool starts nearly empty")
 	require.NoError(t, e.c.Start(ctx))
