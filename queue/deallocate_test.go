@@ -18,12 +18,48 @@ import (
 // ALL, as some migration tools and ORMs do) leaves pgwake's statement cache
 // describing statements the server no longer has. The job still succeeds
 // once, and the jobs that come after it on the same connections run too.
+// Both modes, the statement sent through Exec (pgwake resynchronizes at
+// once) or through Query, QueryRow or SendBatch (when the handler returns).
 func TestHandlerDeallocatingStatements(t *testing.T) {
 	t.Parallel()
+	deallocate := map[string]func(ctx context.Context, tx pgx.Tx) error{
+		"exec": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "DEALLOCATE ALL")
+			return err
+		},
+		"query": func(ctx context.Context, tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "DEALLOCATE ALL")
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		},
+		"batch": func(ctx context.Context, tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("DEALLOCATE ALL")
+			return tx.SendBatch(ctx, b).Close()
+		},
+	}
+	for _, leased := range []bool{false, true} {
+		for _, via := range []string{"exec", "query", "batch"} {
+			name := "held/" + via
+			if leased {
+				name = "leased/" + via
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				testHandlerDeallocating(t, leased, deallocate[via])
+			})
+		}
+	}
+}
+
+func testHandlerDeallocating(t *testing.T, leased bool, deallocate func(ctx context.Context, tx pgx.Tx) error) {
 	var schema string
 	var mu sync.Mutex
 	runs := map[int64]int{}
-	e := newEnvOwnPool(t, 6, queue.Config{
+	cfg := queue.Config{
 		Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
 		Backoff: fastBackoff,
 		Handlers: map[string]queue.Handler{"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
@@ -34,13 +70,15 @@ func TestHandlerDeallocatingStatements(t *testing.T) {
 				return err
 			}
 			if j.Attempt == 1 {
-				if _, err := tx.Exec(ctx, "DEALLOCATE ALL"); err != nil {
-					return err
-				}
+				return deallocate(ctx, tx)
 			}
 			return nil
 		})},
-	})
+	}
+	if leased {
+		cfg.LeasedKinds = []string{"x"}
+	}
+	e := newEnvOwnPool(t, 6, cfg)
 	schema = e.schema
 	e.run()
 	// Rounds, so that each round's jobs meet the connections the last

@@ -231,6 +231,15 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
 	}
+	if jtx.resync && jtx.tx != nil {
+		// Its statements are gone from the server (stale.go): pgx forgets
+		// them before the completion runs on this connection and before
+		// the pool hands it out again. In an aborted transaction only the
+		// forgetting succeeds, which is what matters.
+		if err := jtx.tx.Conn().DeallocateAll(rctx); err != nil && r.err == nil {
+			r.err = err
+		}
+	}
 	c.completing(rctx, &r)
 	var werr error
 	if r.err == nil {

@@ -15,7 +15,8 @@ import (
 // but a statement prepared by name (pgwake prepares its hot statements so)
 // fails on that connection for ever, and each failure in the claim
 // transaction aborts it. So a handler's DEALLOCATE through the job's
-// transaction resynchronizes pgx at once (jobTx), and a connection where a
+// transaction resynchronizes pgx (at once through Exec, when the handler
+// returns otherwise; held and leased), and a connection where a
 // statement failed as unknown to the server (SQLSTATE 26000) is closed
 // instead of going back to the pool (TestHandlerDeallocatingStatements).
 
