@@ -43,9 +43,11 @@ type batch struct {
 	// freeSlot gives the dispatcher's slot back once (nil: no slot), so
 	// that the next claim overlaps this batch's commit.
 	freeSlot func()
-	// stale: a statement on the connection failed because the server no
-	// longer has it (staleStatement); release closes the connection.
-	stale bool
+	// discard: release closes the connection instead of returning it to
+	// the pool: a statement on it failed because the server no longer has
+	// it (staleStatement), or a handler changed a session setting
+	// (changesSession).
+	discard bool
 }
 
 type claimedJob struct {
@@ -62,14 +64,14 @@ type lostAttempt struct {
 }
 
 // release ends the transaction (rolling back if still open) and returns the
-// connection to the pool, which discards it if it is not idle. A stale
-// connection is closed first, so the pool discards it too.
+// connection to the pool, which discards it if it is not idle. A
+// connection to discard is closed first, so the pool discards it too.
 func (b *batch) release() {
 	if b.conn == nil {
 		return
 	}
-	if b.stale {
-		closeStale(b.conn.Conn())
+	if b.discard {
+		closeConn(b.conn.Conn())
 	} else if b.conn.Conn().PgConn().TxStatus() != 'I' {
 		rollback(b.tx)
 	}

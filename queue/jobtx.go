@@ -29,6 +29,10 @@ type jobTx struct {
 	// statements (DEALLOCATE through Query, QueryRow or SendBatch); the
 	// executor resynchronizes pgx when the handler returns (stale.go).
 	resync bool
+	// restore: the handler may have changed a setting pgwake's statements
+	// run under; discard: one that outlives the transaction, so its
+	// connection is closed, not returned to the pool (session.go).
+	restore, discard bool
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -53,6 +57,15 @@ func (t *jobTx) ensure(ctx context.Context) error {
 	}
 	t.savepoint = true
 	return nil
+}
+
+// saw notes what the handler's statement sql may have changed: the
+// connection's prepared statements (stale.go), settings (session.go).
+func (t *jobTx) saw(sql string) {
+	t.resync = t.resync || mentionsDeallocate(sql)
+	any, session := settingChanges(sql)
+	t.restore = t.restore || any
+	t.discard = t.discard || session
 }
 
 // Begin starts a pseudo nested transaction (a savepoint).
@@ -83,7 +96,7 @@ func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return errBatch{err}
 	}
 	for _, q := range b.QueuedQueries {
-		t.resync = t.resync || mentionsDeallocate(q.SQL)
+		t.saw(q.SQL)
 	}
 	return t.tx.SendBatch(ctx, b)
 }
@@ -108,6 +121,7 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	t.saw(sql)
 	tag, err := t.tx.Exec(ctx, sql, args...)
 	if err == nil && mentionsDeallocate(sql) {
 		err = t.tx.Conn().DeallocateAll(ctx)
@@ -120,7 +134,7 @@ func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
-	t.resync = t.resync || mentionsDeallocate(sql)
+	t.saw(sql)
 	return t.tx.Query(ctx, sql, args...)
 }
 
@@ -129,7 +143,7 @@ func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := t.ensure(ctx); err != nil {
 		return errRow{err}
 	}
-	t.resync = t.resync || mentionsDeallocate(sql)
+	t.saw(sql)
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 

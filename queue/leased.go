@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
 
@@ -218,7 +219,31 @@ func (l *queueLoop) freeSlot() {
 func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, release func()) {
 	j := &cj.job
 	c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
-	jtx := &jobTx{begin: func(ctx context.Context) (pgx.Tx, error) { return c.pool.Begin(ctx) }}
+	// The handler's transaction, begun on its first statement, on a
+	// connection this function gives back (or closes: session.go).
+	var conn *pgxpool.Conn
+	jtx := &jobTx{}
+	defer func() {
+		if conn != nil {
+			if jtx.discard {
+				closeConn(conn.Conn())
+			}
+			conn.Release() // the pool discards it if still in a transaction
+		}
+	}()
+	jtx.begin = func(ctx context.Context) (pgx.Tx, error) {
+		pc, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tx, err := pc.Begin(ctx)
+		if err != nil {
+			pc.Release()
+			return nil, err
+		}
+		conn = pc
+		return tx, nil
+	}
 	t0 := time.Now()
 	herr := c.runHandler(ctx, jtx, j)
 	r := attemptResult{job: j, dur: time.Since(t0), err: herr}
@@ -230,6 +255,12 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	defer rcancel()
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
+	}
+	if jtx.restore && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'T' {
+		// For the completion, in this transaction (session.go).
+		if _, err := jtx.tx.Exec(rctx, restoreSettings); err != nil {
+			r.err = err
+		}
 	}
 	if jtx.resync && jtx.tx != nil {
 		// Its statements are gone from the server (stale.go): pgx forgets

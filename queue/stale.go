@@ -30,13 +30,14 @@ func staleStatement(err error) bool {
 // check marks b's connection stale when err says so (staleStatement).
 func (b *batch) check(err error) {
 	if staleStatement(err) {
-		b.stale = true
+		b.discard = true
 	}
 }
 
-// closeStale closes conn, whose prepared statements the client no longer
-// knows; the pool discards a closed connection when it is released.
-func closeStale(conn *pgx.Conn) {
+// closeConn closes conn (its prepared statements are stale, or a handler
+// changed its session); the pool discards a closed connection when it is
+// released.
+func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
@@ -46,7 +47,7 @@ func closeStale(conn *pgx.Conn) {
 // (staleStatement).
 func closeIfStale(conn *pgx.Conn, err error) {
 	if staleStatement(err) {
-		closeStale(conn)
+		closeConn(conn)
 	}
 }
 

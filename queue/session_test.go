@@ -1,0 +1,113 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// A handler that changes a setting through its tx: a role without
+// pgwake's grants or a 1 ms timeout, SET LOCAL or not, would fail its own
+// job's completion and, in held mode, the next handlers of its batch; a
+// change without LOCAL commits with the job and would stay with the
+// connection, for pgwake's statements and the application's. pgwake
+// restores the role and timeouts after the handler, and closes a
+// connection whose session a handler changed instead of returning it to
+// the pool. Held and leased: every job succeeds at its first attempt, and
+// no connection of the pool keeps the setting.
+func TestHandlerSettingsDoNotOutliveItsJob(t *testing.T) {
+	t.Parallel()
+	role := fmt.Sprintf("pgwake_nobody_%d", time.Now().UnixNano()%1e9)
+	_, err := pgtest.Pool(t).Exec(context.Background(), `CREATE ROLE `+sqlident.Quote(role)+` NOLOGIN`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = pgtest.Pool(t).Exec(context.Background(), `DROP ROLE IF EXISTS `+sqlident.Quote(role))
+	})
+	settings := map[string]string{
+		"role":       `SET ROLE ` + sqlident.Quote(role),
+		"timeout":    `set statement_timeout = '1ms'`,
+		"set_config": `SELECT pg_catalog.set_config('application_name', 'changed', false)`,
+		"second":     `SELECT 1; SET lock_timeout = '1ms'`,
+		"listen":     `LISTEN pgwake_session_test`,
+		"local-role": `SET LOCAL ROLE ` + sqlident.Quote(role),
+	}
+	for _, leased := range []bool{false, true} {
+		for name, stmt := range settings {
+			mode := "held/"
+			if leased {
+				mode = "leased/"
+			}
+			t.Run(mode+name, func(t *testing.T) {
+				t.Parallel()
+				testSessionSetting(t, leased, stmt)
+			})
+		}
+	}
+}
+
+func testSessionSetting(t *testing.T, leased bool, stmt string) {
+	var schema string
+	cfg := queue.Config{
+		Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		Backoff: fastBackoff,
+		Handlers: map[string]queue.Handler{
+			"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+				return effect(ctx, tx, schema, j)
+			}),
+			"set": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+				if err := effect(ctx, tx, schema, j); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, stmt)
+				return err
+			}),
+		},
+	}
+	if leased {
+		cfg.LeasedKinds = []string{"x", "set"}
+	}
+	e := newEnvOwnPool(t, 6, cfg)
+	schema = e.schema
+	var user, app, timeout string
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT current_user, current_setting('application_name'), current_setting('statement_timeout') || '/' || current_setting('lock_timeout') || '/' || (SELECT count(*) FROM pg_catalog.pg_listening_channels())`).Scan(&user, &app, &timeout))
+	e.run()
+	var ids []int64
+	for range 3 {
+		jobs := []queue.NewJob{{Kind: "x"}, {Kind: "set"}, {Kind: "x"}, {Kind: "x"}}
+		res, err := e.c.EnqueueMany(context.Background(), jobs)
+		require.NoError(t, err)
+		for _, r := range res {
+			ids = append(ids, r.ID)
+		}
+		q := pgtest.Pool(t)
+		waitFor(t, 30*time.Second, "round done", func() bool {
+			var n int
+			require.NoError(t, q.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table("jobs")+` WHERE id = ANY($1) AND state = 'succeeded'`, ids).Scan(&n))
+			return n == len(ids)
+		})
+	}
+	require.Equal(t, len(ids), e.count(`id = ANY($1) AND attempts = 1`, ids), "each job succeeded at its first attempt")
+	// Every connection the pool holds now has the settings it began with.
+	conns := e.pool.AcquireAllIdle(context.Background())
+	require.NotEmpty(t, conns)
+	var got [][]string
+	for _, conn := range conns {
+		var u, a, to string
+		err := conn.QueryRow(context.Background(), `SELECT current_user, current_setting('application_name'), current_setting('statement_timeout') || '/' || current_setting('lock_timeout') || '/' || (SELECT count(*) FROM pg_catalog.pg_listening_channels())`).Scan(&u, &a, &to)
+		got = append(got, []string{u, a, to, fmt.Sprint(err)})
+	}
+	for _, conn := range conns {
+		conn.Release()
+	}
+	for _, g := range got {
+		require.Equal(t, []string{user, app, timeout, "<nil>"}, g)
+	}
+}
