@@ -62,14 +62,14 @@ func TestSettingChangesAllocations(t *testing.T) {
 
 func TestSettingChangesAny(t *testing.T) {
 	for sql, want := range map[string]bool{
-		`SET LOCAL ROLE app`:                            true,
-		`set local statement_timeout = 5`:               true,
-		`SELECT set_config('app.tenant', $1, true)`:     true,
-		`SET ROLE app`:                                  true,
+		`SET LOCAL ROLE app`:                           true,
+		`set local statement_timeout = 5`:              true,
+		`SELECT set_config('app.tenant', $1, true)`:    true,
+		`SET ROLE app`:                                 true,
 		`SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`: false,
-		`SET CONSTRAINTS ALL DEFERRED`:                  false,
-		`UPDATE t SET x = 1`:                            false,
-		`SELECT 'set local role x'`:                     false,
+		`SET CONSTRAINTS ALL DEFERRED`:                 false,
+		`UPDATE t SET x = 1`:                           false,
+		`SELECT 'set local role x'`:                    false,
 	} {
 		if got, _ := settingChanges(sql); got != want {
 			t.Errorf("settingChanges(%q) any = %v, want %v", sql, got, want)
