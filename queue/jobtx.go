@@ -63,8 +63,8 @@ func (t *jobTx) ensure(ctx context.Context) error {
 // connection's prepared statements (stale.go), settings (session.go).
 func (t *jobTx) saw(sql string) {
 	t.resync = t.resync || mentionsDeallocate(sql)
-	any, session := settingChanges(sql)
-	t.restore = t.restore || any
+	changed, session := settingChanges(sql)
+	t.restore = t.restore || changed
 	t.discard = t.discard || session
 }
 

@@ -25,13 +25,13 @@ import "strings"
 // timeouts' defaults.
 const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL ROLE NONE; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
 
-// settingChanges reports whether sql may change a setting (any: SET, SET
+// settingChanges reports whether sql may change a setting (changed: SET, SET
 // LOCAL, RESET, set_config, LISTEN) and whether the change may outlive
 // the transaction (session: all of those but SET LOCAL, SET TRANSACTION,
 // SET CONSTRAINTS and set_config(..., true)). ASCII case-insensitive,
 // statement by statement, without allocating; a false positive costs one
 // statement (any) or one new connection (session).
-func settingChanges(sql string) (any, session bool) {
+func settingChanges(sql string) (changed, session bool) {
 	if !strings.ContainsAny(sql, "sSlLrR") {
 		return false, false
 	}
@@ -44,7 +44,7 @@ func settingChanges(sql string) (any, session bool) {
 			switch {
 			case strings.EqualFold(next, "transaction"), strings.EqualFold(next, "constraints"):
 			case strings.EqualFold(next, "local"):
-				any = true
+				changed = true
 			default:
 				return true, true
 			}
@@ -54,7 +54,7 @@ func settingChanges(sql string) (any, session bool) {
 		i = next
 	}
 	called, session := setConfigCalls(sql)
-	return any || called, session
+	return changed || called, session
 }
 
 // nextStatement returns the statement of sql that begins at start, up to a
