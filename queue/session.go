@@ -30,7 +30,7 @@ const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL ROLE
 // the transaction (session: all of those but SET LOCAL, SET TRANSACTION,
 // SET CONSTRAINTS and set_config(..., true)). ASCII case-insensitive,
 // statement by statement, without allocating; a false positive costs one
-// statement (any) or one new connection (session).
+// statement (changed) or one new connection (session).
 func settingChanges(sql string) (changed, session bool) {
 	if !strings.ContainsAny(sql, "sSlLrR") {
 		return false, false
