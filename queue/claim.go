@@ -46,7 +46,7 @@ type batch struct {
 	// discard: release closes the connection instead of returning it to
 	// the pool: a statement on it failed because the server no longer has
 	// it (staleStatement), or a handler changed a session setting
-	// (changesSession).
+	// (settingChanges).
 	discard bool
 }
 
