@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -49,6 +50,12 @@ func (e *PoolTooSmallError) Is(target error) bool { return target == ErrPoolTooS
 // ErrTxOwned is returned when a handler tries to Commit or Rollback the claim
 // transaction.
 var ErrTxOwned = errors.New("queue: the claim transaction belongs to pgwake; return from the handler instead of committing or rolling back")
+
+// ErrTxAfterHandler is returned when a job's tx is used after its handler
+// returned (by a goroutine the handler started): the transaction then
+// belongs to the job's completion or, in held mode, to the next job of the
+// batch. It wraps pgx.ErrTxClosed.
+var ErrTxAfterHandler = fmt.Errorf("queue: a job's tx used after its handler returned (wait for the goroutines that use it before returning): %w", pgx.ErrTxClosed)
 
 // ErrTxEnded fails an attempt whose handler ended the claim transaction
 // itself (a COMMIT or ROLLBACK sent as SQL). pgwake cannot tell which writes

@@ -449,6 +449,7 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 		}
 	}
 	defer func() {
+		tx.ended.Store(true) // ErrTxAfterHandler from now on
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
 		}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,11 +34,17 @@ type jobTx struct {
 	// run under; discard: one that outlives the transaction, so its
 	// connection is closed, not returned to the pool (session.go).
 	restore, discard bool
+	// ended: the handler returned; the tx refuses further use
+	// (ErrTxAfterHandler).
+	ended atomic.Bool
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
 
 func (t *jobTx) ensure(ctx context.Context) error {
+	if t.ended.Load() {
+		return ErrTxAfterHandler
+	}
 	if t.begin != nil {
 		if t.tx != nil {
 			return nil
