@@ -21,7 +21,10 @@ import (
 // Handler runs one job. tx is the claim transaction: writes made through it
 // commit atomically with the job's completion, or roll back with a failure.
 // Returning an error (or panicking) fails the attempt. The handler must not
-// Commit or Rollback tx; pgwake does.
+// Commit or Rollback tx; pgwake does. tx is the handler's until it returns:
+// a later use fails with ErrTxAfterHandler. A setting it changes (SET ROLE,
+// a timeout) does not reach pgwake's statements, and one that would outlive
+// the transaction gets the connection closed (docs/semantics.md).
 type Handler interface {
 	Handle(ctx context.Context, tx pgx.Tx, job *Job) error
 }
