@@ -21,73 +21,66 @@ import (
 // and the pool's connections all come back.
 func TestTxUsedAfterItsHandlerReturned(t *testing.T) {
 	t.Parallel()
-	for _, leased := range []bool{false, true} {
-		name := "held"
-		if leased {
-			name = "leased"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			var schema string
-			var mu sync.Mutex
-			var lateErrs []error
-			var wg sync.WaitGroup
-			cfg := queue.Config{
-				Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
-				Handlers: map[string]queue.Handler{
-					"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+	bothModes(t, func(t *testing.T, leased bool) {
+		var schema string
+		var mu sync.Mutex
+		var lateErrs []error
+		var wg sync.WaitGroup
+		cfg := queue.Config{
+			Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+			Handlers: map[string]queue.Handler{
+				"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					return effect(ctx, tx, schema, j)
+				}),
+				"leak": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					returned := make(chan struct{})
+					wg.Go(func() {
+						<-returned
+						time.Sleep(20 * time.Millisecond)
+						_, err := tx.Exec(context.Background(), `SELECT 1`)
+						mu.Lock()
+						lateErrs = append(lateErrs, err)
+						mu.Unlock()
+					})
+					defer close(returned)
+					if j.ID%2 == 0 {
+						// Half of them used the tx while running, half not.
 						return effect(ctx, tx, schema, j)
-					}),
-					"leak": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
-						returned := make(chan struct{})
-						wg.Go(func() {
-							<-returned
-							time.Sleep(20 * time.Millisecond)
-							_, err := tx.Exec(context.Background(), `SELECT 1`)
-							mu.Lock()
-							lateErrs = append(lateErrs, err)
-							mu.Unlock()
-						})
-						defer close(returned)
-						if j.ID%2 == 0 {
-							// Half of them used the tx while running, half not.
-							return effect(ctx, tx, schema, j)
-						}
-						return nil
-					}),
-				},
+					}
+					return nil
+				}),
+			},
+		}
+		if leased {
+			cfg.LeasedKinds = []string{"x", "leak"}
+		}
+		e := newEnvOwnPool(t, 6, cfg)
+		schema = e.schema
+		e.run()
+		var jobs []queue.NewJob
+		for i := range 24 {
+			kind := "x"
+			if i%3 == 0 {
+				kind = "leak"
 			}
-			if leased {
-				cfg.LeasedKinds = []string{"x", "leak"}
-			}
-			e := newEnvOwnPool(t, 6, cfg)
-			schema = e.schema
-			e.run()
-			var jobs []queue.NewJob
-			for i := range 24 {
-				kind := "x"
-				if i%3 == 0 {
-					kind = "leak"
-				}
-				jobs = append(jobs, queue.NewJob{Kind: kind})
-			}
-			_, err := e.c.EnqueueMany(context.Background(), jobs)
-			require.NoError(t, err)
-			waitFor(t, 30*time.Second, "every job succeeded", func() bool {
-				return e.count(`state = 'succeeded'`) == len(jobs)
-			})
-			wg.Wait()
-			require.Equal(t, len(jobs), e.count(`attempts = 1`), "each at its first attempt")
-			mu.Lock()
-			require.Len(t, lateErrs, 8)
-			for _, err := range lateErrs {
-				require.ErrorIs(t, err, queue.ErrTxAfterHandler)
-				require.True(t, errors.Is(err, pgx.ErrTxClosed))
-			}
-			mu.Unlock()
-			waitFor(t, 10*time.Second, "the pool's connections back", func() bool {
-				return e.pool.Stat().AcquiredConns() <= int32(len(cfg.Queues)+3)
-			})
+			jobs = append(jobs, queue.NewJob{Kind: kind})
+		}
+		_, err := e.c.EnqueueMany(context.Background(), jobs)
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "every job succeeded", func() bool {
+			return e.count(`state = 'succeeded'`) == len(jobs)
 		})
-	}
+		wg.Wait()
+		require.Equal(t, len(jobs), e.count(`attempts = 1`), "each at its first attempt")
+		mu.Lock()
+		require.Len(t, lateErrs, 8)
+		for _, err := range lateErrs {
+			require.ErrorIs(t, err, queue.ErrTxAfterHandler)
+			require.True(t, errors.Is(err, pgx.ErrTxClosed))
+		}
+		mu.Unlock()
+		waitFor(t, 10*time.Second, "the pool's connections back", func() bool {
+			return e.pool.Stat().AcquiredConns() <= int32(len(cfg.Queues)+3)
+		})
+	})
 }

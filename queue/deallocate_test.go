@@ -41,18 +41,14 @@ func TestHandlerDeallocatingStatements(t *testing.T) {
 			return tx.SendBatch(ctx, b).Close()
 		},
 	}
-	for _, leased := range []bool{false, true} {
+	bothModes(t, func(t *testing.T, leased bool) {
 		for _, via := range []string{"exec", "query", "batch"} {
-			name := "held/" + via
-			if leased {
-				name = "leased/" + via
-			}
-			t.Run(name, func(t *testing.T) {
+			t.Run(via, func(t *testing.T) {
 				t.Parallel()
 				testHandlerDeallocating(t, leased, deallocate[via])
 			})
 		}
-	}
+	})
 }
 
 func testHandlerDeallocating(t *testing.T, leased bool, deallocate func(ctx context.Context, tx pgx.Tx) error) {

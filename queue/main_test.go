@@ -215,3 +215,14 @@ func mustJSON(v any) json.RawMessage {
 	}
 	return b
 }
+
+// bothModes runs f as the parallel subtests "held" and "leased" (the
+// handlers' kinds in Config.LeasedKinds for the second).
+func bothModes(t *testing.T, f func(t *testing.T, leased bool)) {
+	for _, leased := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "leased"}[leased], func(t *testing.T) {
+			t.Parallel()
+			f(t, leased)
+		})
+	}
+}

@@ -39,18 +39,14 @@ func TestHandlerSettingsDoNotOutliveItsJob(t *testing.T) {
 		"listen":     `LISTEN pgwake_session_test`,
 		"local-role": `SET LOCAL ROLE ` + sqlident.Quote(role),
 	}
-	for _, leased := range []bool{false, true} {
+	bothModes(t, func(t *testing.T, leased bool) {
 		for name, stmt := range settings {
-			mode := "held/"
-			if leased {
-				mode = "leased/"
-			}
-			t.Run(mode+name, func(t *testing.T) {
+			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				testSessionSetting(t, leased, stmt)
 			})
 		}
-	}
+	})
 }
 
 func testSessionSetting(t *testing.T, leased bool, stmt string) {
