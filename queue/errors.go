@@ -47,6 +47,11 @@ func (e *PoolTooSmallError) Error() string {
 // Is makes errors.Is(err, ErrPoolTooSmall) true.
 func (e *PoolTooSmallError) Is(target error) bool { return target == ErrPoolTooSmall }
 
+// ErrStopInHandler is returned by Stop called from one of the client's own
+// handlers: the client stops once its running handlers (the caller's too)
+// return; Stop did not wait for that.
+var ErrStopInHandler = errors.New("queue: Stop called from one of the client's handlers: the client stops once its running handlers return, this one included; Stop did not wait")
+
 // ErrTxOwned is returned when a handler tries to Commit or Rollback the claim
 // transaction.
 var ErrTxOwned = errors.New("queue: the claim transaction belongs to pgwake; return from the handler instead of committing or rolling back")

@@ -71,6 +71,11 @@ func (c *Client) Start(ctx context.Context) error {
 // recorded like any other), waits for every goroutine Start started and
 // returns what Run would have. ErrNotStarted if Start did not succeed (or
 // Stop already ran).
+//
+// Called from one of the client's handlers (ctx derived from the handler's),
+// Stop cannot wait for that handler: it stops claiming, lets every running
+// handler finish (the caller's when it returns) and returns
+// ErrStopInHandler at once instead of waiting for ever.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	st := c.started
@@ -79,11 +84,19 @@ func (c *Client) Stop(ctx context.Context) error {
 	if st == nil {
 		return ErrNotStarted
 	}
+	if ctx.Value(handlerCtxKey{}) == c {
+		st.deadline <- nil // no deadline: the caller is one of the handlers
+		st.cancel()
+		return ErrStopInHandler
+	}
 	st.deadline <- ctx.Done()
 	st.cancel()
 	<-st.done
 	return st.err
 }
+
+// handlerCtxKey is the key of the client in its handlers' contexts.
+type handlerCtxKey struct{}
 
 // started is the state of workers started by Start.
 type started struct {
@@ -117,7 +130,8 @@ func (c *Client) startup(ctx context.Context) (_ *runner, err error) {
 	r := &runner{c: c}
 	var lctx context.Context
 	lctx, r.lcancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.hardCtx, r.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The handlers' contexts carry the client: Stop sees it called from one.
+	r.hardCtx, r.hardCancel = context.WithCancel(context.WithValue(context.WithoutCancel(ctx), handlerCtxKey{}, c))
 	defer func() {
 		if err != nil {
 			r.stopBackground()

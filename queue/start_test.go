@@ -433,3 +433,44 @@ func TestStartReadiesTheConnectionsItOpens(t *testing.T) {
 	require.GreaterOrEqual(t, conns, 2, "connections: the one before Start and those it began")
 	require.Len(t, ready, conns, "connections with the claim prepared")
 }
+
+// A handler that calls Stop (a "shut down" job, a fatal configuration
+// error) waited for ever before: Stop waits for the running handlers, the
+// caller among them. Now Stop returns ErrStopInHandler at once, the client
+// stops claiming, and it stops once the handler returned: the job itself
+// succeeds, and a job enqueued after it is not run.
+func TestStopFromAHandler(t *testing.T) {
+	t.Parallel()
+	stopped := make(chan error, 1)
+	var c *queue.Client
+	e := newEnv(t, queue.Config{
+		Queues: map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		Handlers: map[string]queue.Handler{
+			"stop": queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+				stopped <- c.Stop(ctx)
+				return nil
+			}),
+			"x": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil }),
+		},
+	})
+	c = e.c
+	ctx := context.Background()
+	require.NoError(t, c.Start(ctx))
+	r, err := c.Enqueue(ctx, queue.NewJob{Kind: "stop"})
+	require.NoError(t, err)
+	select {
+	case err := <-stopped:
+		require.ErrorIs(t, err, queue.ErrStopInHandler)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop called from a handler did not return")
+	}
+	waitFor(t, 10*time.Second, "the stop job to succeed", func() bool {
+		return e.count(`id = $1 AND state = 'succeeded'`, r.ID) == 1
+	})
+	require.ErrorIs(t, c.Stop(ctx), queue.ErrNotStarted)
+	// Stopped: a job enqueued now stays pending.
+	r2, err := c.Enqueue(ctx, queue.NewJob{Kind: "x"})
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending'`, r2.ID))
+}
