@@ -75,12 +75,114 @@ func (t *jobTx) saw(sql string) {
 	t.discard = t.discard || session
 }
 
-// Begin starts a pseudo nested transaction (a savepoint).
+// Begin starts a pseudo nested transaction (a savepoint), which notes and
+// refuses what t does (nestedTx).
 func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) { //nolint:revive // pgx.Tx's name
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
-	return t.tx.Begin(ctx)
+	tx, err := t.tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &nestedTx{Tx: tx, job: t}, nil
+}
+
+// nestedTx is a handler's nested transaction: its statements are noted
+// like the job's own (saw), and it is refused once the handler returned
+// (ErrTxAfterHandler).
+type nestedTx struct {
+	pgx.Tx
+	job *jobTx
+}
+
+func (n *nestedTx) check() error {
+	if n.job.ended.Load() {
+		return ErrTxAfterHandler
+	}
+	return nil
+}
+
+// Begin starts a further nested transaction.
+func (n *nestedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := n.check(); err != nil {
+		return nil, err
+	}
+	tx, err := n.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &nestedTx{Tx: tx, job: n.job}, nil
+}
+
+// Commit releases the savepoint.
+func (n *nestedTx) Commit(ctx context.Context) error {
+	if err := n.check(); err != nil {
+		return err
+	}
+	return n.Tx.Commit(ctx)
+}
+
+// Rollback rolls back to the savepoint.
+func (n *nestedTx) Rollback(ctx context.Context) error {
+	if err := n.check(); err != nil {
+		return err
+	}
+	return n.Tx.Rollback(ctx)
+}
+
+// CopyFrom runs COPY FROM in the nested transaction.
+func (n *nestedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := n.check(); err != nil {
+		return 0, err
+	}
+	return n.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+// SendBatch sends a batch in the nested transaction.
+func (n *nestedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := n.check(); err != nil {
+		return errBatch{err}
+	}
+	for _, q := range b.QueuedQueries {
+		n.job.saw(q.SQL)
+	}
+	return n.Tx.SendBatch(ctx, b)
+}
+
+// Prepare prepares a statement on the connection.
+func (n *nestedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := n.check(); err != nil {
+		return nil, err
+	}
+	return n.Tx.Prepare(ctx, name, sql)
+}
+
+// Exec runs sql in the nested transaction.
+func (n *nestedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := n.check(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	n.job.saw(sql)
+	return n.Tx.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the nested transaction.
+func (n *nestedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := n.check(); err != nil {
+		return nil, err
+	}
+	n.job.saw(sql)
+	return n.Tx.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the nested transaction.
+func (n *nestedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := n.check(); err != nil {
+		return errRow{err}
+	}
+	n.job.saw(sql)
+	return n.Tx.QueryRow(ctx, sql, args...)
 }
 
 // Commit returns ErrTxOwned: return from the handler instead.

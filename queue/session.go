@@ -17,9 +17,9 @@ import "strings"
 // stay with the pooled connection, for pgwake's statements and the
 // application's (a tenant id set for row-level security, a role, a
 // timeout). So once that job's transaction ends its connection is closed,
-// not returned to the pool. Changes made inside a function, through
-// tx.Conn() or through a nested transaction (tx.Begin) are not seen.
-// TestHandlerSettingsDoNotOutliveItsJob.
+// not returned to the pool. Statements through a nested transaction
+// (tx.Begin) count too; changes made inside a function or through
+// tx.Conn() are not seen. TestHandlerSettingsDoNotOutliveItsJob.
 
 // restoreSettings puts back, for the rest of the transaction, the settings
 // pgwake's statements depend on: the session's user and role, and the

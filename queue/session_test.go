@@ -43,13 +43,20 @@ func TestHandlerSettingsDoNotOutliveItsJob(t *testing.T) {
 		for name, stmt := range settings {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				testSessionSetting(t, leased, stmt)
+				testSessionSetting(t, leased, stmt, false)
+			})
+		}
+		// Through a nested transaction (tx.Begin) of the handler's.
+		for name, stmt := range map[string]string{"nested-role": settings["role"], "nested-listen": settings["listen"]} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				testSessionSetting(t, leased, stmt, true)
 			})
 		}
 	})
 }
 
-func testSessionSetting(t *testing.T, leased bool, stmt string) {
+func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 	var schema string
 	cfg := queue.Config{
 		Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
@@ -62,8 +69,18 @@ func testSessionSetting(t *testing.T, leased bool, stmt string) {
 				if err := effect(ctx, tx, schema, j); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, stmt)
-				return err
+				if !nested {
+					_, err := tx.Exec(ctx, stmt)
+					return err
+				}
+				sub, err := tx.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				if _, err := sub.Exec(ctx, stmt); err != nil {
+					return err
+				}
+				return sub.Commit(ctx)
 			}),
 		},
 	}
