@@ -13,9 +13,9 @@ import (
 	"github.com/pgwake/pgwake/queue"
 )
 
-// A handler that leaves a goroutine using its tx after it returned: the
-// transaction then belongs to the job's completion or, in held mode, to
-// the batch's next job, and in leased mode a late first use would begin a
+// A handler that leaves a goroutine using its tx (or a nested transaction
+// of it) after it returned: the transaction then belongs to the job's
+// completion or, in held mode, to the batch's next job, and in leased mode a late first use would begin a
 // transaction on a pool connection nobody ends. The late use gets
 // ErrTxAfterHandler (a pgx.ErrTxClosed) at once; every job succeeds once,
 // and the pool's connections all come back.
@@ -34,18 +34,28 @@ func TestTxUsedAfterItsHandlerReturned(t *testing.T) {
 				}),
 				"leak": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 					returned := make(chan struct{})
+					late := tx
 					wg.Go(func() {
 						<-returned
 						time.Sleep(20 * time.Millisecond)
-						_, err := tx.Exec(context.Background(), `SELECT 1`)
+						_, err := late.Exec(context.Background(), `SELECT 1`)
 						mu.Lock()
 						lateErrs = append(lateErrs, err)
 						mu.Unlock()
 					})
 					defer close(returned)
 					if j.ID%2 == 0 {
-						// Half of them used the tx while running, half not.
-						return effect(ctx, tx, schema, j)
+						// Half of them used the tx while running, through a
+						// nested transaction, which the goroutine uses late.
+						sub, err := tx.Begin(ctx)
+						if err != nil {
+							return err
+						}
+						late = sub
+						if err := effect(ctx, sub, schema, j); err != nil {
+							return err
+						}
+						return sub.Commit(ctx)
 					}
 					return nil
 				}),
