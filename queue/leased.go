@@ -223,14 +223,16 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	// connection this function gives back (or closes: session.go).
 	var conn *pgxpool.Conn
 	jtx := &jobTx{}
-	defer func() {
+	giveBack := func() {
 		if conn != nil {
 			if jtx.discard {
 				closeConn(conn.Conn())
 			}
 			conn.Release() // the pool discards it if still in a transaction
+			conn = nil
 		}
-	}()
+	}
+	defer giveBack()
 	jtx.begin = func(ctx context.Context) (pgx.Tx, error) {
 		pc, err := c.pool.Acquire(ctx)
 		if err != nil {
@@ -287,6 +289,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 		}
 		werr = c.failLeased(rctx, l, &r, c.id)
 	}
+	giveBack() // before the report and its hooks
 	r.completedWith(werr)
 	c.report(l, r)
 }
