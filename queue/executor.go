@@ -174,17 +174,10 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		run.wrote = run.wrote || jtx.savepoint
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
-		b.discard = b.discard || jtx.discard // session.go
-		if jtx.resync && b.conn.Conn().PgConn().TxStatus() == 'T' {
-			// Its statements are gone from the server (stale.go).
-			b.check(b.conn.Conn().DeallocateAll(rctx))
-		}
-		if jtx.restore && herr == nil && b.conn.Conn().PgConn().TxStatus() == 'T' {
-			// For the batch's next handlers and its completion (session.go);
-			// a failed handler's changes roll back with its savepoint.
-			_, err := b.tx.Exec(rctx, restoreSettings)
-			b.check(err)
-		}
+		// For the batch's next handlers and its completion; a failed
+		// handler's settings roll back with its savepoint.
+		b.check(jtx.afterHandler(rctx, herr == nil))
+		b.discard = b.discard || jtx.discard
 		switch b.conn.Conn().PgConn().TxStatus() {
 		case 'I':
 			r.err = ErrTxEnded

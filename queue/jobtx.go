@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // jobSavepoint is the savepoint a handler's writes roll back to on failure.
@@ -18,17 +19,23 @@ const jobSavepoint = "pgwake_job"
 // nothing else of the batch; a handler that never touches the transaction
 // costs no round trip. Commit and Rollback belong to pgwake.
 //
-// In leased mode begin is set and tx is nil until the first use, which
-// begins a transaction (no savepoint: nothing else shares it); it commits
-// with the job's completion.
+// In leased mode pool is set and tx is nil until the first use, which
+// begins a transaction on a connection of its own (no savepoint: nothing
+// else shares it); it commits with the job's completion, and giveBack
+// returns the connection.
+//
+// A nested transaction (Begin) is a jobTx too, with parent set: what it
+// sees and refuses is its root's.
 type jobTx struct {
 	tx        pgx.Tx
 	savepoint bool
-	batch     *batch                                    // the claimed batch, for CancelTx
-	begin     func(ctx context.Context) (pgx.Tx, error) // leased mode
+	batch     *batch        // the claimed batch, for CancelTx
+	pool      *pgxpool.Pool // leased mode
+	conn      *pgxpool.Conn // leased mode: tx's connection
+	parent    *jobTx        // a nested transaction's
 	// resync: the handler may have dropped the connection's prepared
-	// statements (DEALLOCATE through Query, QueryRow or SendBatch); the
-	// executor resynchronizes pgx when the handler returns (stale.go).
+	// statements (a DEALLOCATE); afterHandler resynchronizes pgx
+	// (stale.go; Exec already did at once).
 	resync bool
 	// restore: the handler may have changed a setting pgwake's statements
 	// run under; discard: one that outlives the transaction, so its
@@ -41,22 +48,37 @@ type jobTx struct {
 
 var _ pgx.Tx = (*jobTx)(nil)
 
+// root is the job's own jobTx (t, unless t is a nested transaction).
+func (t *jobTx) root() *jobTx {
+	for t.parent != nil {
+		t = t.parent
+	}
+	return t
+}
+
 func (t *jobTx) ensure(ctx context.Context) error {
-	if t.ended.Load() {
+	if t.root().ended.Load() {
 		return ErrTxAfterHandler
 	}
-	if t.begin != nil {
+	switch {
+	case t.parent != nil:
+		return nil
+	case t.pool != nil:
 		if t.tx != nil {
 			return nil
 		}
-		tx, err := t.begin(ctx)
+		conn, err := t.pool.Acquire(ctx)
 		if err != nil {
 			return err
 		}
-		t.tx = tx
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			conn.Release()
+			return err
+		}
+		t.conn, t.tx = conn, tx
 		return nil
-	}
-	if t.savepoint {
+	case t.savepoint:
 		return nil
 	}
 	if _, err := t.tx.Exec(ctx, "SAVEPOINT "+jobSavepoint); err != nil {
@@ -67,16 +89,57 @@ func (t *jobTx) ensure(ctx context.Context) error {
 }
 
 // saw notes what the handler's statement sql may have changed: the
-// connection's prepared statements (stale.go), settings (session.go).
-func (t *jobTx) saw(sql string) {
-	t.resync = t.resync || mentionsDeallocate(sql)
+// connection's prepared statements (stale.go), settings (session.go). It
+// reports whether sql may hold a DEALLOCATE.
+func (t *jobTx) saw(sql string) (deallocate bool) {
+	r := t.root()
+	deallocate = mentionsDeallocate(sql)
 	changed, session := settingChanges(sql)
-	t.restore = t.restore || changed
-	t.discard = t.discard || session
+	r.resync = r.resync || deallocate
+	r.restore = r.restore || changed
+	r.discard = r.discard || session
+	return deallocate
 }
 
-// Begin starts a pseudo nested transaction (a savepoint), which notes and
-// refuses what t does (nestedTx).
+// afterHandler runs on the job's transaction once the handler returned:
+// after a DEALLOCATE it makes pgx forget the connection's statements too,
+// or, in a transaction that can no longer run one, marks the connection to
+// be closed (stale.go); after a handler that succeeded and changed a
+// setting it restores the settings pgwake's statements run under, for the
+// rest of the transaction (session.go).
+func (t *jobTx) afterHandler(ctx context.Context, succeeded bool) error {
+	if t.tx == nil {
+		return nil
+	}
+	conn := t.tx.Conn()
+	if t.resync {
+		if conn.PgConn().TxStatus() != 'T' {
+			t.discard = true
+		} else if err := conn.DeallocateAll(ctx); err != nil {
+			return err
+		}
+	}
+	if t.restore && succeeded && conn.PgConn().TxStatus() == 'T' {
+		_, err := t.tx.Exec(ctx, restoreSettings)
+		return err
+	}
+	return nil
+}
+
+// giveBack returns a leased job's connection to the pool once its
+// transaction ended (or closes it: discard).
+func (t *jobTx) giveBack() {
+	if t.conn == nil {
+		return
+	}
+	if t.discard {
+		closeConn(t.conn.Conn())
+	}
+	t.conn.Release() // the pool discards it if still in a transaction
+	t.conn = nil
+}
+
+// Begin starts a pseudo nested transaction (a savepoint).
 func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) { //nolint:revive // pgx.Tx's name
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
@@ -85,111 +148,32 @@ func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) { //nolint:revive // 
 	if err != nil {
 		return nil, err
 	}
-	return &nestedTx{Tx: tx, job: t}, nil
+	return &jobTx{tx: tx, batch: t.batch, parent: t}, nil
 }
 
-// nestedTx is a handler's nested transaction: its statements are noted
-// like the job's own (saw), and it is refused once the handler returned
-// (ErrTxAfterHandler).
-type nestedTx struct {
-	pgx.Tx
-	job *jobTx
-}
-
-func (n *nestedTx) check() error {
-	if n.job.ended.Load() {
-		return ErrTxAfterHandler
+// Commit returns ErrTxOwned: return from the handler instead. A nested
+// transaction's releases its savepoint.
+func (t *jobTx) Commit(ctx context.Context) error {
+	if t.parent == nil {
+		return ErrTxOwned
 	}
-	return nil
-}
-
-// Begin starts a further nested transaction.
-func (n *nestedTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := n.check(); err != nil {
-		return nil, err
-	}
-	tx, err := n.Tx.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &nestedTx{Tx: tx, job: n.job}, nil
-}
-
-// Commit releases the savepoint.
-func (n *nestedTx) Commit(ctx context.Context) error {
-	if err := n.check(); err != nil {
+	if err := t.ensure(ctx); err != nil {
 		return err
 	}
-	return n.Tx.Commit(ctx)
+	return t.tx.Commit(ctx)
 }
 
-// Rollback rolls back to the savepoint.
-func (n *nestedTx) Rollback(ctx context.Context) error {
-	if err := n.check(); err != nil {
+// Rollback returns ErrTxOwned: return an error from the handler instead. A
+// nested transaction's rolls back to its savepoint.
+func (t *jobTx) Rollback(ctx context.Context) error {
+	if t.parent == nil {
+		return ErrTxOwned
+	}
+	if err := t.ensure(ctx); err != nil {
 		return err
 	}
-	return n.Tx.Rollback(ctx)
+	return t.tx.Rollback(ctx)
 }
-
-// CopyFrom runs COPY FROM in the nested transaction.
-func (n *nestedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := n.check(); err != nil {
-		return 0, err
-	}
-	return n.Tx.CopyFrom(ctx, table, cols, src)
-}
-
-// SendBatch sends a batch in the nested transaction.
-func (n *nestedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := n.check(); err != nil {
-		return errBatch{err}
-	}
-	for _, q := range b.QueuedQueries {
-		n.job.saw(q.SQL)
-	}
-	return n.Tx.SendBatch(ctx, b)
-}
-
-// Prepare prepares a statement on the connection.
-func (n *nestedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := n.check(); err != nil {
-		return nil, err
-	}
-	return n.Tx.Prepare(ctx, name, sql)
-}
-
-// Exec runs sql in the nested transaction.
-func (n *nestedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := n.check(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	n.job.saw(sql)
-	return n.Tx.Exec(ctx, sql, args...)
-}
-
-// Query runs sql in the nested transaction.
-func (n *nestedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := n.check(); err != nil {
-		return nil, err
-	}
-	n.job.saw(sql)
-	return n.Tx.Query(ctx, sql, args...)
-}
-
-// QueryRow runs sql in the nested transaction.
-func (n *nestedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := n.check(); err != nil {
-		return errRow{err}
-	}
-	n.job.saw(sql)
-	return n.Tx.QueryRow(ctx, sql, args...)
-}
-
-// Commit returns ErrTxOwned: return from the handler instead.
-func (t *jobTx) Commit(context.Context) error { return ErrTxOwned }
-
-// Rollback returns ErrTxOwned: return an error from the handler instead.
-func (t *jobTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // CopyFrom runs COPY FROM in the claim transaction.
 func (t *jobTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
@@ -230,9 +214,9 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	t.saw(sql)
+	deallocate := t.saw(sql)
 	tag, err := t.tx.Exec(ctx, sql, args...)
-	if err == nil && mentionsDeallocate(sql) {
+	if err == nil && deallocate {
 		err = t.tx.Conn().DeallocateAll(ctx)
 	}
 	return tag, err

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
 
@@ -219,33 +218,10 @@ func (l *queueLoop) freeSlot() {
 func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, release func()) {
 	j := &cj.job
 	c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
-	// The handler's transaction, begun on its first statement, on a
-	// connection this function gives back (or closes: session.go).
-	var conn *pgxpool.Conn
-	jtx := &jobTx{}
-	giveBack := func() {
-		if conn != nil {
-			if jtx.discard {
-				closeConn(conn.Conn())
-			}
-			conn.Release() // the pool discards it if still in a transaction
-			conn = nil
-		}
-	}
-	defer giveBack()
-	jtx.begin = func(ctx context.Context) (pgx.Tx, error) {
-		pc, err := c.pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		tx, err := pc.Begin(ctx)
-		if err != nil {
-			pc.Release()
-			return nil, err
-		}
-		conn = pc
-		return tx, nil
-	}
+	// The handler's transaction, begun on its first statement on a
+	// connection of its own, which jtx gives back.
+	jtx := &jobTx{pool: c.pool}
+	defer jtx.giveBack()
 	t0 := time.Now()
 	herr := c.runHandler(ctx, jtx, j)
 	r := attemptResult{job: j, dur: time.Since(t0), err: herr}
@@ -258,20 +234,9 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
 	}
-	if jtx.restore && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'T' {
-		// For the completion, in this transaction (session.go).
-		if _, err := jtx.tx.Exec(rctx, restoreSettings); err != nil {
-			r.err = err
-		}
-	}
-	if jtx.resync && jtx.tx != nil {
-		// Its statements are gone from the server (stale.go): pgx forgets
-		// them before the completion runs on this connection and before
-		// the pool hands it out again. In an aborted transaction only the
-		// forgetting succeeds, which is what matters.
-		if err := jtx.tx.Conn().DeallocateAll(rctx); err != nil && r.err == nil {
-			r.err = err
-		}
+	// Before the completion runs in this transaction.
+	if err := jtx.afterHandler(rctx, herr == nil); err != nil && r.err == nil {
+		r.err = err
 	}
 	c.completing(rctx, &r)
 	var werr error
@@ -289,7 +254,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 		}
 		werr = c.failLeased(rctx, l, &r, c.id)
 	}
-	giveBack() // before the report and its hooks
+	jtx.giveBack() // before the report and its hooks
 	r.completedWith(werr)
 	c.report(l, r)
 }
