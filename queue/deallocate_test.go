@@ -80,20 +80,15 @@ func testHandlerDeallocating(t *testing.T, leased bool, deallocate func(ctx cont
 	// Rounds, so that each round's jobs meet the connections the last
 	// round's handlers deallocated.
 	var ids []int64
-	for round := range 5 {
+	for range 5 {
 		jobs := make([]queue.NewJob, 8)
 		for i := range jobs {
 			jobs[i] = queue.NewJob{Kind: "x", MaxAttempts: 3}
 		}
-		res, err := e.c.EnqueueMany(context.Background(), jobs)
-		require.NoError(t, err)
-		for _, r := range res {
-			ids = append(ids, r.ID)
-		}
+		ids = append(ids, e.enqueueIDs(jobs...)...)
 		waitFor(t, 30*time.Second, "round done", func() bool {
 			return e.count(`state = 'succeeded'`) == len(ids)
 		})
-		_ = round
 	}
 	require.Equal(t, len(ids), e.count(`attempts = 1`), "every job succeeded at its first attempt")
 	mu.Lock()
@@ -149,13 +144,10 @@ BEGIN EXECUTE 'DEALLOC' || 'ATE ALL'; END $$`)
 		for i, k := range kinds {
 			jobs[i] = queue.NewJob{Kind: k, MaxAttempts: 2}
 		}
-		res, err := e.c.EnqueueMany(context.Background(), jobs)
-		require.NoError(t, err)
-		var ids []int64
-		for i, r := range res {
-			ids = append(ids, r.ID)
+		ids := e.enqueueIDs(jobs...)
+		for i, id := range ids {
 			if kinds[i] == "x" {
-				xs = append(xs, r.ID)
+				xs = append(xs, id)
 			}
 		}
 		waitFor(t, 30*time.Second, "round done", func() bool {

@@ -226,3 +226,15 @@ func bothModes(t *testing.T, f func(t *testing.T, leased bool)) {
 		})
 	}
 }
+
+// enqueueIDs enqueues jobs in one EnqueueMany and returns their ids.
+func (e *env) enqueueIDs(jobs ...queue.NewJob) []int64 {
+	e.t.Helper()
+	res, err := e.c.EnqueueMany(context.Background(), jobs)
+	require.NoError(e.t, err)
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}

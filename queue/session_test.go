@@ -94,12 +94,7 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 	e.run()
 	var ids []int64
 	for range 3 {
-		jobs := []queue.NewJob{{Kind: "x"}, {Kind: "set"}, {Kind: "x"}, {Kind: "x"}}
-		res, err := e.c.EnqueueMany(context.Background(), jobs)
-		require.NoError(t, err)
-		for _, r := range res {
-			ids = append(ids, r.ID)
-		}
+		ids = append(ids, e.enqueueIDs(queue.NewJob{Kind: "x"}, queue.NewJob{Kind: "set"}, queue.NewJob{Kind: "x"}, queue.NewJob{Kind: "x"})...)
 		q := pgtest.Pool(t)
 		waitFor(t, 30*time.Second, "round done", func() bool {
 			var n int
