@@ -84,40 +84,38 @@ func (c *Client) warmPool(ctx context.Context) {
 	}
 }
 
-// eachConn runs f on each of conns (warmEach) until ctx is done; f's
-// context is not ctx but one of warmStatementTimeout that ctx's end does
-// not cut short.
+// eachConn runs f on each of conns (warmEach) until ctx is done.
 func eachConn(ctx context.Context, conns []*pgxpool.Conn, f func(ctx context.Context, i int, conn *pgxpool.Conn)) {
-	warmEach(len(conns), func(i int) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		fctx, cancel := uncut(ctx)
-		defer cancel()
+	warmEach(ctx, len(conns), func(fctx context.Context, i int) bool {
 		f(fctx, i, conns[i])
 		return true
 	})
 }
 
-// uncut is ctx's values under a deadline of warmStatementTimeout instead
-// of ctx's end: what the warm-up began, it finishes.
-func uncut(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
-}
-
-// warmEach calls f for 0..n-1, warmParallel calls at a time; a call that
-// returns false ends its goroutine's share of the rest.
-func warmEach(n int, f func(i int) bool) {
+// warmEach calls f for 0..n-1, warmParallel calls at a time, and begins
+// none once ctx is done; a call that returns false ends its goroutine's
+// share of the rest. f's context is ctx's values under a deadline of
+// warmStatementTimeout instead of ctx's end: what the warm-up began, it
+// finishes.
+func warmEach(ctx context.Context, n int, f func(ctx context.Context, i int) bool) {
 	next := make(chan int, n)
 	for i := range n {
 		next <- i
 	}
 	close(next)
+	call := func(i int) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStatementTimeout)
+		defer cancel()
+		return f(fctx, i)
+	}
 	var wg sync.WaitGroup
 	for range min(warmParallel, n) {
 		wg.Go(func() {
 			for i := range next {
-				if !f(i) {
+				if !call(i) {
 					return
 				}
 			}
@@ -145,15 +143,10 @@ func (c *Client) openConns(ctx context.Context) []*pgxpool.Conn {
 		held = c.pool.AcquireAllIdle(ctx)
 	}
 	var mu sync.Mutex
-	warmEach(max(want-len(held), 0), func(int) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		// Not cut short by ctx: a connection the deadline interrupted
-		// while it opened would join the pool unready, and be the first
-		// one it hands out.
-		actx, cancel := uncut(ctx)
-		defer cancel()
+	// Not cut short by ctx (warmEach): a connection the deadline
+	// interrupted while it opened would join the pool unready, and be the
+	// first one it hands out.
+	warmEach(ctx, max(want-len(held), 0), func(actx context.Context, _ int) bool {
 		conn, err := c.pool.Acquire(actx)
 		if err != nil {
 			return false
