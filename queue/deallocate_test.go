@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,12 @@ func TestHandlerDeallocatingStatements(t *testing.T) {
 			rows.Close()
 			return rows.Err()
 		},
+		"queryrow": func(ctx context.Context, tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, "DEALLOCATE ALL").Scan(); !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			return nil
+		},
 		"batch": func(ctx context.Context, tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue("DEALLOCATE ALL")
@@ -42,7 +49,7 @@ func TestHandlerDeallocatingStatements(t *testing.T) {
 		},
 	}
 	bothModes(t, func(t *testing.T, leased bool) {
-		for _, via := range []string{"exec", "query", "batch"} {
+		for _, via := range []string{"exec", "query", "queryrow", "batch"} {
 			t.Run(via, func(t *testing.T) {
 				t.Parallel()
 				testHandlerDeallocating(t, leased, deallocate[via])
