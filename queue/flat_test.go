@@ -25,7 +25,10 @@ func explainBuffers(t *testing.T, tx pgx.Tx, sql, args string) (buffers, rows in
 	_, err := tx.Exec(ctx, `PREPARE flat_p AS `+sql)
 	require.NoError(t, err)
 	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE flat_p(`+args+`)`).Scan(&out))
+	if args != "" {
+		args = "(" + args + ")"
+	}
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE flat_p`+args).Scan(&out))
 	_, err = tx.Exec(ctx, `DEALLOCATE flat_p`)
 	require.NoError(t, err)
 	var plans []struct {
@@ -81,6 +84,7 @@ func TestClaimCostIsFlatInFutureJobs(t *testing.T) {
 		{"claim", s.claim, head, 0},
 		{"claimAfter", s.claimAfter, head + ", " + cursor, 0},
 		{"claimOne", s.claimOne, `'q'`, 0},
+		{"claimFirst", s.claimFirst("q"), "", 0},
 		{"claimPlain", s.claimPlain, `'q', 32`, 0},
 		{"claimPlainAfter", s.claimPlainAfter, `'q', 32, ` + cursor, 0},
 		{"claimLeased", s.claimLeased, leased, 0},
@@ -151,6 +155,25 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 	require.Equal(t, []int64{2}, ids(tx, s.claimOne, "q"), "the head again: this transaction's own locks are not skipped")
 	rollback(tx)
 
+	// claimFirst: the head job when it is of the most urgent pending
+	// priority; nothing when that priority has nothing due and unlocked
+	// (the walk then looks further), though other priorities have.
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	require.Equal(t, []int64{2}, ids(tx, s.claimFirst("q")))
+	other, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(other)
+	require.Equal(t, []int64{4}, ids(other, s.claimFirst("q")), "job 2 is locked: the next of priority 0")
+	third, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(third)
+	require.Empty(t, ids(third, s.claimFirst("q")), "both due jobs of priority 0 locked")
+	rollback(third)
+	rollback(other)
+	rollback(tx)
+
 	// Head and rest: kind 'alone' runs alone; the rest of a batch follows
 	// claim order and skips it.
 	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET kind = 'alone' WHERE id = 3`)
@@ -170,6 +193,15 @@ func TestClaimWalkOrderAndLocks(t *testing.T) {
 	defer rollback(tx)
 	require.Equal(t, []int64{3}, ids(tx, s.claimAfter, "q", 8, []string{"alone"}, []string{}, 8, int16(0), runAfter4, int64(4)))
 	rollback(tx)
+	// claimFirst with only future jobs at the most urgent priority: nothing,
+	// and the walk finds priority 1's job.
+	_, err = pool.Exec(ctx, `UPDATE `+jobs+` SET run_after = now() + interval '1 hour' WHERE id IN (2, 4)`)
+	require.NoError(t, err)
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	require.Empty(t, ids(tx, s.claimFirst("q")), "priority 0 has only future jobs")
+	require.Equal(t, []int64{3}, ids(tx, s.claimOne, "q"), "the walk finds priority 1's")
 }
 
 // The leased claim is one statement: when the head job is leased it starts

@@ -14,9 +14,11 @@ import (
 )
 
 // claimPlans are the custom and generic plans a connection built for the
-// held claims (the statements that walk the priorities and lock rows).
+// held claims (the statements that walk the priorities and lock rows, and
+// claimFirst).
 const claimPlans = `SELECT coalesce(sum(custom_plans), 0)::int, coalesce(sum(generic_plans), 0)::int
-FROM pg_catalog.pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE%FOR UPDATE OF j SKIP LOCKED%'`
+FROM pg_catalog.pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE%FOR UPDATE OF j SKIP LOCKED%'
+	OR statement LIKE '%j.priority = (SELECT h.priority%FOR UPDATE OF j SKIP LOCKED%'`
 
 // The held claims run their generic plan from their first call on a
 // connection (no custom plan: PostgreSQL would plan the first five calls
@@ -98,5 +100,40 @@ func TestRunPreparesTheClaimStatements(t *testing.T) {
 		require.Zero(t, custom)
 		require.GreaterOrEqual(t, generic, 2, "claimOne and the batch claim, planned")
 		require.Equal(t, 1, records, "the attempt record's statement, prepared")
+	}
+}
+
+// A wake-up claims the job that woke it also when the most urgent pending
+// priority holds only jobs scheduled ahead: the wake-up's claim (claimFirst,
+// that priority only) finds nothing and the walk of the priorities, in the
+// same transaction, finds the job. With a one-hour poll, only the wake-up
+// can run it within the test's bound.
+func TestWakeUpClaimsPastFutureJobsOfAMoreUrgentPriority(t *testing.T) {
+	t.Parallel()
+	ran := make(chan int64, 4)
+	e := newEnv(t, queue.Config{
+		Queues:       map[string]queue.QueueConfig{"wf": {MaxWorkers: 2}},
+		PollInterval: time.Hour,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			ran <- j.ID
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	_, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Queue: "wf", Priority: -5, Delay: time.Hour})
+	require.NoError(t, err)
+	signals := queue.EnableTestSignals(e.c)
+	e.run()
+	signals.WaitAsleep(t, "wf", 0)
+	for round := range 3 {
+		res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k", Queue: "wf", Priority: 3})
+		require.NoError(t, err)
+		select {
+		case got := <-ran:
+			require.Equal(t, res.ID, got, "round %d", round)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the job did not run on its wake-up", round)
+		}
+		signals.WaitAsleep(t, "wf", round+1)
 	}
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -325,4 +326,55 @@ func TestPlanSettingsEndWithTheStatement(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, 4, seen)
+}
+
+// claimFirst has no parameter, so the plan its first run on a connection
+// makes is kept for good: made while the queue was nearly empty, it must
+// still be a range scan of the claim index when a backlog arrives (20,000
+// due jobs, 20,000 scheduled ahead at the same priority, no ANALYZE yet).
+func TestClaimFirstPlanStaysARangeScan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, jobs := planTable(t)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
+		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind) VALUES ('q', 'k')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `PREPARE f AS `+newStatements(schema).claimFirst("q"))
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `EXECUTE f`) // makes the plan it keeps
+	require.NoError(t, err)
+	rollback(tx)
+
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, run_after)
+		SELECT 'q', 'k', now() + CASE WHEN i % 2 = 0 THEN interval '1 hour' ELSE -interval '1 hour' END + i * interval '1 ms'
+		FROM generate_series(1, 40000) i`)
+	require.NoError(t, err)
+	tx, err = conn.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(tx)
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE f`).Scan(&out))
+	var plans []struct {
+		Plan struct {
+			Hit  int64 `json:"Shared Hit Blocks"`
+			Read int64 `json:"Shared Read Blocks"`
+			Rows int64 `json:"Actual Rows"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(out, &plans), string(out))
+	require.Len(t, plans, 1)
+	t.Logf("claimFirst, planned on 1 pending job, run on 40,001: %d buffers", plans[0].Plan.Hit+plans[0].Plan.Read)
+	require.Equal(t, int64(1), plans[0].Plan.Rows)
+	require.NotContains(t, string(out), `"Seq Scan"`, string(out))
+	require.LessOrEqual(t, plans[0].Plan.Hit+plans[0].Plan.Read, int64(60), string(out))
 }

@@ -6,6 +6,7 @@ package sqlident
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -47,4 +48,13 @@ func Validate(what, name string, max int) error {
 // Quote returns name quoted for use as an identifier in SQL text.
 func Quote(parts ...string) string {
 	return pgx.Identifier(parts).Sanitize()
+}
+
+// Literal returns s quoted as a string constant in SQL text, the same
+// whatever standard_conforming_strings is: an escape string (E'...') with
+// its quotes and backslashes doubled. For names already validated (queue
+// names) that a statement must carry in its text rather than as a
+// parameter; values go as parameters.
+func Literal(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }
