@@ -311,7 +311,8 @@ const (
 FROM (SELECT pg_catalog.set_config('pgwake.plan_saved', pg_catalog.current_setting('plan_cache_mode'), true)) s`
 )
 
-// send runs pb (BEGIN and the claim) on the batch's connection.
+// send runs pb (BEGIN and the claim, or a claim in the open transaction) on
+// the batch's connection.
 func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 	br := b.conn.Conn().SendBatch(ctx, pb)
 	if tx := br.Tx(); tx != nil {
@@ -331,13 +332,14 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 // leasedFirst it first tries claimLeased, which needs no transaction, and
 // claims in one only when the head job is of a held kind. With no job due
 // it returns nil and the time of the queue's earliest delayed job (zero if
-// none).
+// none). With first (a wake-up) and one job to claim, it tries claimFirst
+// and walks the priorities only when that finds nothing.
 //
 // With st (a loop's stream, stream.go), an empty look of a stream
 // (st.keep) keeps its transaction open in st.open instead of asking for the
 // earliest delayed job, and the next look chains on it: one round trip a
 // look.
-func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst bool, st *streamTx) (*batch, time.Time, error) {
+func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst, first bool, st *streamTx) (*batch, time.Time, error) {
 	began := time.Now()
 	if leasedFirst && leasedN > 0 {
 		st.drop()
@@ -357,15 +359,16 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	}
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
 	plain, head, headArgs := c.claimHead(queue, n, leasedN)
-	one := n <= 1 && leasedN <= 1
-	if !one {
+	first = first && n <= 1 && leasedN <= 1
+	if !first {
 		pb.Queue(genericPlan)
 	}
 	switch {
-	case one:
-		// A wake-up's claim: the head priority's first due job, in a
-		// statement with no parameter (claimFirst), else the walk.
+	case first: // the head priority's first due job, else the walk below
 		pb.Queue(c.claimFirstSQL(queue)).Query(scan)
+		after = nil
+	case n <= 1 && leasedN <= 1:
+		pb.Queue(c.sql.claimOne, queue).Query(scan)
 		after = nil // from the head already
 	case after == nil:
 		pb.Queue(head, headArgs...).Query(scan)
@@ -381,30 +384,19 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
 	}
-	if len(b.jobs) == 0 && one {
-		// Nothing due at the most urgent pending priority (or every such
-		// job locked): walk the others.
-		wb := &pgx.Batch{}
-		wb.Queue(genericPlan)
-		wb.Queue(c.sql.claimOne, queue).Query(scan)
-		if err := b.tx.SendBatch(ctx, wb).Close(); err != nil {
-			b.check(err)
-			b.release()
-			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	if len(b.jobs) == 0 && (first || after != nil) {
+		// Before concluding that nothing is due: walk the priorities
+		// (claimFirst found nothing), or look from the head (nothing after
+		// the cursor).
+		mb := &pgx.Batch{}
+		if first {
+			mb.Queue(genericPlan)
+			mb.Queue(c.sql.claimOne, queue).Query(scan)
+		} else {
+			mb.Queue(head, headArgs...).Query(scan)
 		}
-	}
-	if len(b.jobs) == 0 && after != nil {
-		// Nothing after the cursor: look from the head before concluding
-		// that nothing is due.
-		rows, err := b.tx.Query(ctx, head, headArgs...)
-		if err == nil {
-			err = scan(rows)
-			rows.Close()
-		}
-		if err != nil {
-			b.check(err)
-			b.release()
-			return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+		if err := b.send(ctx, mb); err != nil {
+			return nil, time.Time{}, err
 		}
 	}
 	if len(b.jobs) > 0 {

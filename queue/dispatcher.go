@@ -316,23 +316,15 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	} else {
 		s.sinceHead = 0
 	}
-	leasedN := 0
-	if len(l.c.cfg.LeasedKinds) > 0 {
-		if s.source == sourceBusy && l.fewSlotsFree() {
-			// A backlog with most slots busy: slots free one at a time as
-			// leased jobs end, and claiming at once would take one job per
-			// claim (and per commit). Let a few more free first.
-			if !l.awaitFreeSlots(ctx) {
-				return nil, time.Time{}, ctx.Err()
-			}
-		}
-		// Leased jobs each take a slot: as many as are free (with the one
-		// taken for this claim).
-		leasedN = min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1)
+	leasedN, ok := l.leasedClaimSize(ctx, s)
+	if !ok {
+		return nil, time.Time{}, ctx.Err()
 	}
 	// A look of a stream keeps its transaction if it finds nothing.
 	s.stream.keep = s.source == sourceBusy && !s.lingerTill.IsZero() && l.streaming(s, time.Now())
-	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst, &s.stream)
+	// A wake-up (not a look after work) tries claimFirst before the walk.
+	first := s.source != sourceBusy
+	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst, first, &s.stream)
 	s.cursor = nil
 	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
 	s.partial = b != nil && !b.leased && n > 1 && len(b.jobs) < n
@@ -347,6 +339,25 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 		s.cursor = &claimCursor{priority: int16(last.Priority), runAfter: last.RunAfter, id: last.ID}
 	}
 	return b, next, err
+}
+
+// leasedClaimSize is how many leased jobs the next claim may take (0 with
+// no leased kinds); false means ctx ended while it waited for slots.
+func (l *queueLoop) leasedClaimSize(ctx context.Context, s *loopState) (int, bool) {
+	if len(l.c.cfg.LeasedKinds) == 0 {
+		return 0, true
+	}
+	if s.source == sourceBusy && l.fewSlotsFree() {
+		// A backlog with most slots busy: slots free one at a time as
+		// leased jobs end, and claiming at once would take one job per
+		// claim (and per commit). Let a few more free first.
+		if !l.awaitFreeSlots(ctx) {
+			return 0, false
+		}
+	}
+	// Leased jobs each take a slot: as many as are free (with the one
+	// taken for this claim).
+	return min(maxLeasedClaim, cap(l.slots)-len(l.slots)+1), true
 }
 
 // backOff logs a claim error and sleeps the growing claim backoff; false
