@@ -18,19 +18,29 @@ import (
 // explainBuffers prepares sql and runs it with args (SQL literals) under
 // EXPLAIN (ANALYZE, BUFFERS) in tx: it returns the shared buffers the
 // statement touched (hit + read, every node below the top one included) and
-// the rows it returned.
+// the rows it returned. args "" runs it without parentheses (a statement
+// with no parameter).
 func explainBuffers(t *testing.T, tx pgx.Tx, sql, args string) (buffers, rows int64) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := tx.Exec(ctx, `PREPARE flat_p AS `+sql)
 	require.NoError(t, err)
-	var out []byte
 	if args != "" {
 		args = "(" + args + ")"
 	}
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE flat_p`+args).Scan(&out))
+	buffers, rows, _ = explainExecute(t, tx, `flat_p`+args)
 	_, err = tx.Exec(ctx, `DEALLOCATE flat_p`)
 	require.NoError(t, err)
+	return buffers, rows
+}
+
+// explainExecute runs EXECUTE exec (a prepared statement and its
+// arguments) under EXPLAIN (ANALYZE, BUFFERS) in tx and returns the shared
+// buffers it touched, the rows it returned and the plan in JSON.
+func explainExecute(t *testing.T, tx pgx.Tx, exec string) (buffers, rows int64, plan string) {
+	t.Helper()
+	var out []byte
+	require.NoError(t, tx.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+exec).Scan(&out))
 	var plans []struct {
 		Plan struct {
 			Hit  int64 `json:"Shared Hit Blocks"`
@@ -40,7 +50,7 @@ func explainBuffers(t *testing.T, tx pgx.Tx, sql, args string) (buffers, rows in
 	}
 	require.NoError(t, json.Unmarshal(out, &plans), string(out))
 	require.Len(t, plans, 1)
-	return plans[0].Plan.Hit + plans[0].Plan.Read, plans[0].Plan.Rows
+	return plans[0].Plan.Hit + plans[0].Plan.Read, plans[0].Plan.Rows, string(out)
 }
 
 // flatSchema migrates a fresh schema and returns it with its quoted jobs

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -79,19 +78,8 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema, jobs := planTable(t)
+	pool, schema, jobs, conn := quietQueue(t, 0)
 	var err error
-	// A quiet queue: a few hundred finished jobs, analyzed.
-	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
-		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
-	require.NoError(t, err)
-
-	// A connection of its own: the prepared statement stays off the pool.
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
 	// After five runs PostgreSQL may settle on the generic plan, built then,
 	// for the table as it was (seen in the bench's drain); force that choice.
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
@@ -249,6 +237,26 @@ func planTable(t *testing.T) (*pgxpool.Pool, string, string) {
 	return pool, schema, jobs
 }
 
+// quietQueue is planTable with a quiet queue 'q' in it (300 finished jobs
+// and pending due ones, analyzed) and a connection of its own, so that
+// prepared statements stay off the pool.
+func quietQueue(t *testing.T, pending int) (pool *pgxpool.Pool, schema, jobs string, conn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	pool, schema, jobs = planTable(t)
+	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
+		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind) SELECT 'q', 'k' FROM generate_series(1, $1::int)`, pending)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
+	require.NoError(t, err)
+	conn, err = pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return pool, schema, jobs, conn
+}
+
 // The held claims and succeed put back the planner settings that the
 // statement before them changed for their plan (genericPlan, probeByID)
 // themselves, once their plan is chosen, as does the leased completion
@@ -335,19 +343,8 @@ func TestPlanSettingsEndWithTheStatement(t *testing.T) {
 func TestClaimFirstPlanStaysARangeScan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema, jobs := planTable(t)
-	_, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind, payload, state, finished_at)
-		SELECT 'q', 'k', '{}', 'succeeded', now() FROM generate_series(1, 300)`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (queue, kind) VALUES ('q', 'k')`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `ANALYZE `+jobs)
-	require.NoError(t, err)
-
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `PREPARE f AS `+newStatements(schema).claimFirst("q"))
+	pool, schema, jobs, conn := quietQueue(t, 1)
+	_, err := conn.Exec(ctx, `PREPARE f AS `+newStatements(schema).claimFirst("q"))
 	require.NoError(t, err)
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
@@ -362,19 +359,9 @@ func TestClaimFirstPlanStaysARangeScan(t *testing.T) {
 	tx, err = conn.Begin(ctx)
 	require.NoError(t, err)
 	defer rollback(tx)
-	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE f`).Scan(&out))
-	var plans []struct {
-		Plan struct {
-			Hit  int64 `json:"Shared Hit Blocks"`
-			Read int64 `json:"Shared Read Blocks"`
-			Rows int64 `json:"Actual Rows"`
-		} `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(out, &plans), string(out))
-	require.Len(t, plans, 1)
-	t.Logf("claimFirst, planned on 1 pending job, run on 40,001: %d buffers", plans[0].Plan.Hit+plans[0].Plan.Read)
-	require.Equal(t, int64(1), plans[0].Plan.Rows)
-	require.NotContains(t, string(out), `"Seq Scan"`, string(out))
-	require.LessOrEqual(t, plans[0].Plan.Hit+plans[0].Plan.Read, int64(60), string(out))
+	buffers, rows, plan := explainExecute(t, tx, `f`)
+	t.Logf("claimFirst, planned on 1 pending job, run on 40,001: %d buffers", buffers)
+	require.Equal(t, int64(1), rows)
+	require.NotContains(t, plan, `"Seq Scan"`, plan)
+	require.LessOrEqual(t, buffers, int64(60), plan)
 }
