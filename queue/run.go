@@ -252,7 +252,8 @@ func (r *runner) serve(ctx context.Context, deadline func() <-chan struct{}) err
 	defer c.dropWaiters()
 	var loops sync.WaitGroup
 	for _, l := range c.loops {
-		loops.Go(func() { l.dispatch(ctx, r.hardCtx) })
+		loops.Add(1) // done when the loop ends, in whichever goroutine (handOver)
+		go l.dispatch(ctx, r.hardCtx, loops.Done)
 	}
 	loops.Go(func() { c.runPeriodic(ctx) })
 	loops.Wait() // dispatchers return when ctx is done
