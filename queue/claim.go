@@ -332,14 +332,15 @@ func (b *batch) send(ctx context.Context, pb *pgx.Batch) error {
 // leasedFirst it first tries claimLeased, which needs no transaction, and
 // claims in one only when the head job is of a held kind. With no job due
 // it returns nil and the time of the queue's earliest delayed job (zero if
-// none). With first (a wake-up) and one job to claim, it tries claimFirst
-// and walks the priorities only when that finds nothing.
+// none). With first (a wake-up's claimFirst statement, "" for none) and one
+// job to claim, it tries that and walks the priorities only when it finds
+// nothing.
 //
 // With st (a loop's stream, stream.go), an empty look of a stream
 // (st.keep) keeps its transaction open in st.open instead of asking for the
 // earliest delayed job, and the next look chains on it: one round trip a
 // look.
-func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst, first bool, st *streamTx) (*batch, time.Time, error) {
+func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after *claimCursor, leasedFirst bool, first string, st *streamTx) (*batch, time.Time, error) {
 	began := time.Now()
 	if leasedFirst && leasedN > 0 {
 		st.drop()
@@ -359,13 +360,13 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	}
 	scan := func(rows pgx.Rows) error { return scanClaimed(b, rows, false) }
 	plain, head, headArgs := c.claimHead(queue, n, leasedN)
-	first = first && n <= 1 && leasedN <= 1
-	if !first {
+	one := first != "" && n <= 1 && leasedN <= 1
+	if !one {
 		pb.Queue(genericPlan)
 	}
 	switch {
-	case first: // the head priority's first due job, else the walk below
-		pb.Queue(c.claimFirstSQL(queue)).Query(scan)
+	case one: // the head priority's first due job, else the walk below
+		pb.Queue(first).Query(scan)
 		after = nil
 	case n <= 1 && leasedN <= 1:
 		pb.Queue(c.sql.claimOne, queue).Query(scan)
@@ -384,12 +385,12 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	if err := b.send(ctx, pb); err != nil {
 		return nil, time.Time{}, err
 	}
-	if len(b.jobs) == 0 && (first || after != nil) {
+	if len(b.jobs) == 0 && (one || after != nil) {
 		// Before concluding that nothing is due: walk the priorities
 		// (claimFirst found nothing), or look from the head (nothing after
 		// the cursor).
 		mb := &pgx.Batch{}
-		if first {
+		if one {
 			mb.Queue(genericPlan)
 			mb.Queue(c.sql.claimOne, queue).Query(scan)
 		} else {
@@ -419,14 +420,6 @@ func (c *Client) claim(ctx context.Context, queue string, n, leasedN int, after 
 	return nil, next, err
 }
 
-// claimFirstSQL is queue's claimFirst statement.
-func (c *Client) claimFirstSQL(queue string) string {
-	if s, ok := c.first[queue]; ok {
-		return s
-	}
-	return c.sql.claimFirst(queue)
-}
-
 // claimHead is the claim from the head of the index and its arguments: the
 // plain claim when every kind batches (plain: no head to look at first).
 func (c *Client) claimHead(queue string, n, leasedN int) (plain bool, stmt string, args []any) {
@@ -451,11 +444,12 @@ func (c *Client) primeClaims(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Prepare(ctx, c.sql.recordStarts, c.sql.recordStarts); err != nil {
 		return err
 	}
-	for _, first := range c.first {
-		// Prepared, not run: it would lock a due job of the queue for a
-		// moment, which a wake-up elsewhere could miss. Its plan is made
-		// at its first run on the connection (about 0.3 ms, once).
-		if _, err := conn.Prepare(ctx, first, first); err != nil {
+	for _, l := range c.loops {
+		// claimFirst prepared, not run: it would lock a due job of the
+		// queue for a moment, which a wake-up elsewhere could miss. Its
+		// plan is made at its first run on the connection (about 0.3 ms,
+		// once).
+		if _, err := conn.Prepare(ctx, l.first, l.first); err != nil {
 			return err
 		}
 	}

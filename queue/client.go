@@ -28,8 +28,6 @@ type Client struct {
 
 	id    string // names this client in the waiters and attempts tables
 	loops map[string]*queueLoop
-	// first is each queue's claimFirst statement (made at New).
-	first map[string]string
 	kinds kindStats
 	// timeouts is each kind's timeout with the cause its expiry gives
 	// (made at New: a per-attempt fmt.Errorf was three allocations a job).
@@ -141,10 +139,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.metrics = m
-	c.first = map[string]string{}
 	for name, qc := range cfg.Queues {
 		c.loops[name] = newQueueLoop(c, name, qc)
-		c.first[name] = c.sql.claimFirst(name)
 	}
 	return c, nil
 }

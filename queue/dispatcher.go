@@ -28,6 +28,8 @@ const maxLeasedClaim = 500
 type queueLoop struct {
 	c     *Client
 	queue string
+	// first is the queue's claimFirst statement (a wake-up's claim).
+	first string
 	slots chan struct{}
 	log   *zap.Logger
 
@@ -61,6 +63,7 @@ func newQueueLoop(c *Client, queue string, qc QueueConfig) *queueLoop {
 	return &queueLoop{
 		c:      c,
 		queue:  queue,
+		first:  c.sql.claimFirst(queue),
 		slots:  make(chan struct{}, qc.MaxWorkers),
 		signal: make(chan struct{}, 1),
 		freed:  make(chan struct{}, 1),
@@ -161,13 +164,14 @@ type loopState struct {
 func (l *queueLoop) dispatch(ctx, hardCtx context.Context, done func()) {
 	s := &loopState{source: sourceStart, errBackoff: backoff.Backoff{Min: claimBackoffFirst, Max: claimBackoffLast}, waiter: waiterUnknown,
 		leasedFirst: len(l.c.cfg.LeasedKinds) > 0, nextSpent: true}
-	l.loop(ctx, hardCtx, s, done)
+	l.loop(ctx, hardCtx, s, nil, done)
 }
 
 // loop is dispatch's loop, in whichever goroutine runs it now: a wake-up's
 // batch of one job runs in the goroutine that claimed it, and the loop goes
-// on in a new one (handOver). done is called once, when the loop ends.
-func (l *queueLoop) loop(ctx, hardCtx context.Context, s *loopState, done func()) {
+// on in a new one (handOver), which first settles that batch (started).
+// done is called once, when the loop ends.
+func (l *queueLoop) loop(ctx, hardCtx context.Context, s *loopState, started *batch, done func()) {
 	moved := false
 	defer func() {
 		if !moved {
@@ -175,6 +179,9 @@ func (l *queueLoop) loop(ctx, hardCtx context.Context, s *loopState, done func()
 			done()
 		}
 	}()
+	if started != nil && !l.settle(ctx, s, started) {
+		return
+	}
 	for {
 		if !l.takeSlot(ctx, s) {
 			return
@@ -337,7 +344,10 @@ func (l *queueLoop) claimNext(ctx context.Context, s *loopState) (*batch, time.T
 	// A look of a stream keeps its transaction if it finds nothing.
 	s.stream.keep = s.source == sourceBusy && !s.lingerTill.IsZero() && l.streaming(s, time.Now())
 	// A wake-up (not a look after work) tries claimFirst before the walk.
-	first := s.source != sourceBusy
+	first := ""
+	if s.source != sourceBusy {
+		first = l.first
+	}
 	b, next, err := l.c.claim(ctx, l.queue, n, leasedN, after, s.leasedFirst, first, &s.stream)
 	s.cursor = nil
 	s.tookAll = b != nil && b.started && len(b.jobs) < leasedN
@@ -429,14 +439,7 @@ func (l *queueLoop) prepare(s *loopState, b *batch) bool {
 // the loop's next look waits for that start anyway.
 func (l *queueLoop) handOver(ctx, hardCtx context.Context, s *loopState, b *batch, done func()) {
 	l.handlers.Add(1)
-	go func() {
-		if l.settle(ctx, s, b) {
-			l.loop(ctx, hardCtx, s, done)
-			return
-		}
-		s.stream.drop()
-		done()
-	}()
+	go l.loop(ctx, hardCtx, s, b, done)
 	l.runBatch(hardCtx, b)
 }
 

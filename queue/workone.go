@@ -20,7 +20,7 @@ func (c *Client) WorkOne(ctx context.Context) (id int64, ok bool, err error) {
 		names = []string{DefaultQueue}
 	}
 	for _, q := range names {
-		b, _, err := c.claim(ctx, q, 1, 1, nil, false, false, nil)
+		b, _, err := c.claim(ctx, q, 1, 1, nil, false, "", nil)
 		if err != nil {
 			return 0, false, fmt.Errorf("queue: work one: %w", err)
 		}
