@@ -164,9 +164,14 @@ func TestOneJobEnqueueWakeCheck(t *testing.T) {
 	_, err = pool.Exec(ctx, `DELETE FROM `+q+`.event_watchers`)
 	require.NoError(t, err)
 
-	tx, err = pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	// The listening connection is held past the commit (a pool.BeginTx's
+	// connection goes back to the pool at Commit, to other parallel tests).
+	rc, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	conn := tx.Conn()
+	defer rc.Release()
+	conn := rc.Conn()
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `LISTEN `+pgx.Identifier{schema + "_wake"}.Sanitize())
 	require.NoError(t, err)
 	require.NoError(t, tx.QueryRow(ctx, enqueue).Scan(&id))
