@@ -443,8 +443,15 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 	}
 	defer func() {
 		tx.ended.Store(true) // ErrTxAfterHandler from now on
-		if r := recover(); r != nil {
+		r := recover()
+		if r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+		// Rows, a QueryRow never scanned or batch results the handler
+		// left open would keep the connection busy for the completion.
+		if tx.closeLeft() && err == nil {
+			c.log.Warn("handler left rows or batch results open; pgwake closed them (close them before returning)",
+				zap.Int64("job_id", j.ID), zap.String("kind", j.Kind))
 		}
 	}()
 	err = h.Handle(ctx, tx, j)

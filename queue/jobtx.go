@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,12 @@ type jobTx struct {
 	// ended: the handler returned; the tx refuses further use
 	// (ErrTxAfterHandler).
 	ended atomic.Bool
+	// open: the handler's results not yet read to their end or closed
+	// (rows, a QueryRow not scanned, batch results), closed by closeLeft
+	// once it returned: left open, they keep the connection busy and
+	// pgwake's next statement on it fails (pgx's "conn busy").
+	openMu sync.Mutex
+	open   []leftOpen
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -191,7 +198,9 @@ func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	for _, q := range b.QueuedQueries {
 		t.saw(q.SQL)
 	}
-	return t.tx.SendBatch(ctx, b)
+	br := &handlerBatch{BatchResults: t.tx.SendBatch(ctx, b), t: t.root()}
+	br.t.track(br)
+	return br
 }
 
 // LargeObjects gives access to large objects in the claim transaction.
@@ -228,16 +237,23 @@ func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		return nil, err
 	}
 	t.saw(sql)
-	return t.tx.Query(ctx, sql, args...)
+	rows, err := t.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, err
+	}
+	r := &handlerRows{Rows: rows, t: t.root()}
+	r.t.track(r)
+	return r, nil
 }
 
 // QueryRow runs sql in the claim transaction.
 func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.ensure(ctx); err != nil {
+	// As pgx's QueryRow, on rows pgwake can close if Scan is never called.
+	rows, err := t.Query(ctx, sql, args...)
+	if err != nil {
 		return errRow{err}
 	}
-	t.saw(sql)
-	return t.tx.QueryRow(ctx, sql, args...)
+	return handlerRow{rows}
 }
 
 // Conn returns the claim transaction's connection. Writes made on it directly
@@ -246,6 +262,100 @@ func (t *jobTx) Conn() *pgx.Conn {
 	_ = t.ensure(context.Background())
 	return t.tx.Conn()
 }
+
+// leftOpen is a handler's result that holds the connection until closed.
+type leftOpen interface{ closeLeft() }
+
+// track notes r as open until it is closed (forget).
+func (t *jobTx) track(r leftOpen) {
+	t.openMu.Lock()
+	t.open = append(t.open, r)
+	t.openMu.Unlock()
+}
+
+// forget notes that r was closed.
+func (t *jobTx) forget(r leftOpen) {
+	t.openMu.Lock()
+	defer t.openMu.Unlock()
+	for i, o := range t.open {
+		if o == r {
+			last := len(t.open) - 1
+			t.open[i], t.open[last] = t.open[last], nil
+			t.open = t.open[:last]
+			return
+		}
+	}
+}
+
+// closeLeft closes what the handler left open, once it returned, and
+// reports whether there was any (TestResultsLeftOpenAreClosed).
+func (t *jobTx) closeLeft() bool {
+	t.openMu.Lock()
+	left := t.open
+	t.open = nil
+	t.openMu.Unlock()
+	for _, r := range left {
+		r.closeLeft()
+	}
+	return len(left) > 0
+}
+
+// handlerRows are a handler's rows, forgotten once read to their end or
+// closed (pgx closes rows whose Next returned false).
+type handlerRows struct {
+	pgx.Rows
+	t *jobTx
+}
+
+func (r *handlerRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.t.forget(r)
+	return false
+}
+
+func (r *handlerRows) Close() {
+	r.Rows.Close()
+	r.t.forget(r)
+}
+
+func (r *handlerRows) closeLeft() { r.Rows.Close() }
+
+// handlerRow is QueryRow's row: pgx's Scan of one row, on handlerRows.
+type handlerRow struct{ rows pgx.Rows }
+
+func (r handlerRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if err := r.rows.Err(); err != nil {
+		return err
+	}
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// handlerBatch is a handler's batch results, forgotten once closed.
+type handlerBatch struct {
+	pgx.BatchResults
+	t *jobTx
+}
+
+func (b *handlerBatch) Close() error {
+	err := b.BatchResults.Close()
+	b.t.forget(b)
+	return err
+}
+
+func (b *handlerBatch) closeLeft() { _ = b.BatchResults.Close() }
 
 type errRow struct{ err error }
 
