@@ -22,9 +22,11 @@ import "strings"
 // tx.Conn() are not seen. TestHandlerSettingsDoNotOutliveItsJob.
 
 // restoreSettings puts back, for the rest of the transaction, the settings
-// pgwake's statements depend on: the session's user and role, and the
-// timeouts' defaults.
-const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL ROLE NONE; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
+// pgwake's statements depend on: the session's user, the role the
+// connection started with (a startup parameter "role" is kept; ROLE NONE
+// would give the login role, TestHandlerRoleRestoredToTheStartupRole), and
+// the timeouts' defaults.
+const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL role TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
 
 // settingChanges reports whether sql may change a setting (changed: SET, SET
 // LOCAL, RESET, set_config, LISTEN) and whether the change may outlive

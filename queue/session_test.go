@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -118,4 +119,72 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 	for _, g := range got {
 		require.Equal(t, []string{user, app, timeout, "<nil>"}, g)
 	}
+}
+
+// A pool whose connections take their role from the startup packet
+// (RuntimeParams "role", or options=-c role=...), logging in as a role
+// without pgwake's grants: after a handler's SET LOCAL ROLE, pgwake
+// restores the role the connection started with (SET LOCAL role TO
+// DEFAULT), not the login role (SET ROLE NONE did, and the completion then
+// failed with permission denied at every attempt). Held and leased.
+func TestHandlerRoleRestoredToTheStartupRole(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Pool(t)
+	ctx := context.Background()
+	var owner string
+	require.NoError(t, admin.QueryRow(ctx, `SELECT current_user`).Scan(&owner))
+	suffix := time.Now().UnixNano() % 1e9
+	login := fmt.Sprintf("pgwake_login_%d", suffix)
+	nobody := fmt.Sprintf("pgwake_nobody2_%d", suffix)
+	_, err := admin.Exec(ctx, `CREATE ROLE `+sqlident.Quote(nobody)+` NOLOGIN; CREATE ROLE `+sqlident.Quote(login)+` LOGIN NOINHERIT PASSWORD '`+login+`';
+		GRANT `+sqlident.Quote(owner)+`, `+sqlident.Quote(nobody)+` TO `+sqlident.Quote(login))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+sqlident.Quote(login)+`; DROP ROLE IF EXISTS `+sqlident.Quote(nobody))
+	})
+	bothModes(t, func(t *testing.T, leased bool) {
+		var schema string
+		cfg := queue.Config{
+			Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+			Backoff: fastBackoff,
+			Handlers: map[string]queue.Handler{
+				"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					if err := effect(ctx, tx, schema, j); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, `SET LOCAL ROLE `+sqlident.Quote(nobody))
+					return err
+				}),
+			},
+		}
+		if leased {
+			cfg.LeasedKinds = []string{"x"}
+		}
+		pool := pgtest.NewPool(t, func(c *pgxpool.Config) {
+			c.MaxConns = 6
+			c.ConnConfig.User, c.ConnConfig.Password = login, login
+			c.ConnConfig.RuntimeParams["role"] = owner
+		})
+		var user string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT session_user || '/' || current_user`).Scan(&user))
+		require.Equal(t, login+"/"+owner, user)
+		e := newEnvWithPool(t, pool, cfg)
+		schema = e.schema
+		var jobs []queue.NewJob
+		for range 8 {
+			jobs = append(jobs, queue.NewJob{Kind: "x", MaxAttempts: 1})
+		}
+		ids := e.enqueueIDs(jobs...)
+		e.run()
+		waitFor(t, 30*time.Second, "every job finished", func() bool {
+			return e.count(`state IN ('succeeded', 'failed')`) == len(ids)
+		})
+		var errs []string
+		rows, err := admin.Query(ctx, `SELECT coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE state <> 'succeeded'`)
+		require.NoError(t, err)
+		errs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Empty(t, errs, "every job succeeded")
+		require.Equal(t, len(ids), e.count(`state = 'succeeded' AND attempts = 1`))
+	})
 }
