@@ -51,6 +51,9 @@ type jobTx struct {
 	// pgwake's next statement on it fails (pgx's "conn busy").
 	openMu sync.Mutex
 	open   []leftOpen
+	// role: the role the transaction ran as before the handler's first
+	// statement that may change it (keepRole), nil if none did.
+	role *string
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -95,6 +98,22 @@ func (t *jobTx) ensure(ctx context.Context) error {
 	return nil
 }
 
+// keepRole reads, before a handler's statement that may change the role
+// and the first time only, the role the transaction runs as, for
+// afterHandler to put back (restoreRole).
+func (t *jobTx) keepRole(ctx context.Context, sql string) error {
+	r := t.root()
+	if r.role != nil || !mentionsRole(sql) {
+		return nil
+	}
+	var role string
+	if err := t.tx.QueryRow(ctx, currentRole).Scan(&role); err != nil {
+		return err
+	}
+	r.role = &role
+	return nil
+}
+
 // saw notes what the handler's statement sql may have changed: the
 // connection's prepared statements (stale.go), settings (session.go). It
 // reports whether sql may hold a DEALLOCATE.
@@ -127,7 +146,11 @@ func (t *jobTx) afterHandler(ctx context.Context, succeeded bool) error {
 		}
 	}
 	if t.restore && succeeded && conn.PgConn().TxStatus() == 'T' {
-		_, err := t.tx.Exec(ctx, restoreSettings)
+		restore := restoreSettings
+		if t.role != nil {
+			restore = restoreRole(*t.role)
+		}
+		_, err := t.tx.Exec(ctx, restore)
 		return err
 	}
 	return nil
@@ -196,6 +219,9 @@ func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return errBatch{err}
 	}
 	for _, q := range b.QueuedQueries {
+		if err := t.keepRole(ctx, q.SQL); err != nil {
+			return errBatch{err}
+		}
 		t.saw(q.SQL)
 	}
 	br := &handlerBatch{BatchResults: t.tx.SendBatch(ctx, b), t: t.root()}
@@ -223,6 +249,9 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	if err := t.keepRole(ctx, sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	deallocate := t.saw(sql)
 	tag, err := t.tx.Exec(ctx, sql, args...)
 	if err == nil && deallocate {
@@ -234,6 +263,9 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 // Query runs sql in the claim transaction.
 func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.keepRole(ctx, sql); err != nil {
 		return nil, err
 	}
 	t.saw(sql)

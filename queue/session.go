@@ -1,6 +1,10 @@
 package queue
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/pgwake/pgwake/internal/sqlident"
+)
 
 // A handler's statement can change settings pgwake's own statements run
 // under: the role (SET ROLE, SET SESSION AUTHORIZATION) or a timeout
@@ -24,9 +28,30 @@ import "strings"
 // restoreSettings puts back, for the rest of the transaction, the settings
 // pgwake's statements depend on: the session's user, the role the
 // connection started with (a startup parameter "role" is kept; ROLE NONE
-// would give the login role, TestHandlerRoleRestoredToTheStartupRole), and
-// the timeouts' defaults.
+// would give the login role), and the timeouts' defaults. restoreRole is
+// used instead when keepRole read the role first (a role AfterConnect set
+// is not a start value). TestHandlerRoleRestoredToThePoolsRole.
 const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL role TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
+
+// restoreRole is restoreSettings with the role put back to role, the one
+// the transaction ran as before the handler's first statement that may
+// have changed it (keepRole): a role a pool's AfterConnect set with SET
+// ROLE is not the connection's start value.
+func restoreRole(role string) string {
+	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; SELECT pg_catalog.set_config('role', ` + sqlident.Literal(role) +
+		`, true); SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
+}
+
+// currentRole reads the role a transaction runs as ("none": the session
+// user's own).
+const currentRole = `SELECT pg_catalog.current_setting('role')`
+
+// mentionsRole reports whether sql may change the role (SET ROLE,
+// set_config('role', ...), SET SESSION AUTHORIZATION): a false positive
+// costs one round trip (keepRole).
+func mentionsRole(sql string) bool {
+	return containsFold(sql, "role") || containsFold(sql, "authorization")
+}
 
 // settingChanges reports whether sql may change a setting (changed: SET, SET
 // LOCAL, RESET, set_config, LISTEN) and whether the change may outlive

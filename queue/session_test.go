@@ -121,13 +121,16 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 	}
 }
 
-// A pool whose connections take their role from the startup packet
-// (RuntimeParams "role", or options=-c role=...), logging in as a role
-// without pgwake's grants: after a handler's SET LOCAL ROLE, pgwake
-// restores the role the connection started with (SET LOCAL role TO
-// DEFAULT), not the login role (SET ROLE NONE did, and the completion then
-// failed with permission denied at every attempt). Held and leased.
-func TestHandlerRoleRestoredToTheStartupRole(t *testing.T) {
+// A pool whose connections get their role from the startup packet
+// (RuntimeParams "role", or options=-c role=...) or from AfterConnect's SET
+// ROLE, logging in as a NOINHERIT role without pgwake's grants: after a
+// handler's SET LOCAL ROLE, pgwake's statements run as the pool's role
+// again. Before, SET LOCAL ROLE NONE put back the login role and every job
+// failed with permission denied; SET LOCAL role TO DEFAULT alone still
+// fails the AfterConnect pool (its role is not a start value), so pgwake
+// reads the role before the handler's first statement that may change it
+// (keepRole). Held and leased.
+func TestHandlerRoleRestoredToThePoolsRole(t *testing.T) {
 	t.Parallel()
 	admin := pgtest.Pool(t)
 	ctx := context.Background()
@@ -142,49 +145,67 @@ func TestHandlerRoleRestoredToTheStartupRole(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+sqlident.Quote(login)+`; DROP ROLE IF EXISTS `+sqlident.Quote(nobody))
 	})
-	bothModes(t, func(t *testing.T, leased bool) {
-		var schema string
-		cfg := queue.Config{
-			Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
-			Backoff: fastBackoff,
-			Handlers: map[string]queue.Handler{
-				"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
-					if err := effect(ctx, tx, schema, j); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, `SET LOCAL ROLE `+sqlident.Quote(nobody))
+	pools := map[string]func(*pgxpool.Config){
+		"startup": func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["role"] = owner },
+		"afterconnect": func(c *pgxpool.Config) {
+			c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+				_, err := conn.Exec(ctx, `SET ROLE `+sqlident.Quote(owner))
+				return err
+			}
+		},
+	}
+	for name, setRole := range pools {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bothModes(t, func(t *testing.T, leased bool) {
+				pool := pgtest.NewPool(t, func(c *pgxpool.Config) {
+					c.MaxConns = 6
+					c.ConnConfig.User, c.ConnConfig.Password = login, login
+					setRole(c)
+				})
+				testPoolsRoleRestored(t, leased, pool, admin, login+"/"+owner, nobody)
+			})
+		})
+	}
+}
+
+func testPoolsRoleRestored(t *testing.T, leased bool, pool, admin *pgxpool.Pool, users, nobody string) {
+	ctx := context.Background()
+	var schema string
+	cfg := queue.Config{
+		Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		Backoff: fastBackoff,
+		Handlers: map[string]queue.Handler{
+			"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+				if err := effect(ctx, tx, schema, j); err != nil {
 					return err
-				}),
-			},
-		}
-		if leased {
-			cfg.LeasedKinds = []string{"x"}
-		}
-		pool := pgtest.NewPool(t, func(c *pgxpool.Config) {
-			c.MaxConns = 6
-			c.ConnConfig.User, c.ConnConfig.Password = login, login
-			c.ConnConfig.RuntimeParams["role"] = owner
-		})
-		var user string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT session_user || '/' || current_user`).Scan(&user))
-		require.Equal(t, login+"/"+owner, user)
-		e := newEnvWithPool(t, pool, cfg)
-		schema = e.schema
-		var jobs []queue.NewJob
-		for range 8 {
-			jobs = append(jobs, queue.NewJob{Kind: "x", MaxAttempts: 1})
-		}
-		ids := e.enqueueIDs(jobs...)
-		e.run()
-		waitFor(t, 30*time.Second, "every job finished", func() bool {
-			return e.count(`state IN ('succeeded', 'failed')`) == len(ids)
-		})
-		var errs []string
-		rows, err := admin.Query(ctx, `SELECT coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE state <> 'succeeded'`)
-		require.NoError(t, err)
-		errs, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		require.Empty(t, errs, "every job succeeded")
-		require.Equal(t, len(ids), e.count(`state = 'succeeded' AND attempts = 1`))
+				}
+				_, err := tx.Exec(ctx, `SET LOCAL ROLE `+sqlident.Quote(nobody))
+				return err
+			}),
+		},
+	}
+	if leased {
+		cfg.LeasedKinds = []string{"x"}
+	}
+	var got string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT session_user || '/' || current_user`).Scan(&got))
+	require.Equal(t, users, got)
+	e := newEnvWithPool(t, pool, cfg)
+	schema = e.schema
+	var jobs []queue.NewJob
+	for range 8 {
+		jobs = append(jobs, queue.NewJob{Kind: "x", MaxAttempts: 1})
+	}
+	ids := e.enqueueIDs(jobs...)
+	e.run()
+	waitFor(t, 30*time.Second, "every job finished", func() bool {
+		return e.count(`state IN ('succeeded', 'failed')`) == len(ids)
 	})
+	rows, err := admin.Query(ctx, `SELECT coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE state <> 'succeeded'`)
+	require.NoError(t, err)
+	errs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, errs, "every job succeeded")
+	require.Equal(t, len(ids), e.count(`state = 'succeeded' AND attempts = 1`))
 }

@@ -53,10 +53,14 @@ func closeIfStale(conn *pgx.Conn, err error) {
 
 // mentionsDeallocate reports whether sql may contain a DEALLOCATE statement
 // (ASCII case-insensitive; a false positive costs one resynchronization).
-func mentionsDeallocate(sql string) bool {
-	const word = "deallocate"
+func mentionsDeallocate(sql string) bool { return containsFold(sql, "deallocate") }
+
+// containsFold reports whether sql contains word (lowercase ASCII), in any
+// ASCII case, without allocating.
+func containsFold(sql, word string) bool {
+	first := word[0] &^ 0x20
 	for i := 0; i+len(word) <= len(sql); i++ {
-		if c := sql[i]; c != 'd' && c != 'D' {
+		if c := sql[i]; c != word[0] && c != first {
 			continue
 		}
 		j := 1
