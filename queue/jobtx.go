@@ -52,7 +52,7 @@ type jobTx struct {
 	openMu sync.Mutex
 	open   []leftOpen
 	// role: the role the transaction ran as before the handler's first
-	// statement that may change it (keepRole), nil if none did.
+	// statement that may change it (saw), nil if none did.
 	role *string
 }
 
@@ -98,33 +98,28 @@ func (t *jobTx) ensure(ctx context.Context) error {
 	return nil
 }
 
-// keepRole reads, before a handler's statement that may change the role
-// and the first time only, the role the transaction runs as, for
-// afterHandler to put back (restoreRole).
-func (t *jobTx) keepRole(ctx context.Context, sql string) error {
-	r := t.root()
-	if r.role != nil || !mentionsRole(sql) {
-		return nil
-	}
-	var role string
-	if err := t.tx.QueryRow(ctx, currentRole).Scan(&role); err != nil {
-		return err
-	}
-	r.role = &role
-	return nil
-}
-
 // saw notes what the handler's statement sql may have changed: the
 // connection's prepared statements (stale.go), settings (session.go). It
 // reports whether sql may hold a DEALLOCATE.
-func (t *jobTx) saw(sql string) (deallocate bool) {
+func (t *jobTx) saw(ctx context.Context, sql string) (deallocate bool, err error) {
 	r := t.root()
 	deallocate = mentionsDeallocate(sql)
 	changed, session := settingChanges(sql)
+	if changed && r.role == nil && mentionsRole(sql) {
+		// The first statement that may change the role: read the role
+		// the transaction runs as first, for afterHandler to put back
+		// (restoreSettings; a role a pool's AfterConnect set is not the
+		// connection's start value).
+		var role string
+		if err := t.tx.QueryRow(ctx, currentRole).Scan(&role); err != nil {
+			return false, err
+		}
+		r.role = &role
+	}
 	r.resync = r.resync || deallocate
 	r.restore = r.restore || changed
 	r.discard = r.discard || session
-	return deallocate
+	return deallocate, nil
 }
 
 // afterHandler runs on the job's transaction once the handler returned:
@@ -146,11 +141,7 @@ func (t *jobTx) afterHandler(ctx context.Context, succeeded bool) error {
 		}
 	}
 	if t.restore && succeeded && conn.PgConn().TxStatus() == 'T' {
-		restore := restoreSettings
-		if t.role != nil {
-			restore = restoreRole(*t.role)
-		}
-		_, err := t.tx.Exec(ctx, restore)
+		_, err := t.tx.Exec(ctx, restoreSettings(t.role))
 		return err
 	}
 	return nil
@@ -219,10 +210,9 @@ func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return errBatch{err}
 	}
 	for _, q := range b.QueuedQueries {
-		if err := t.keepRole(ctx, q.SQL); err != nil {
+		if _, err := t.saw(ctx, q.SQL); err != nil {
 			return errBatch{err}
 		}
-		t.saw(q.SQL)
 	}
 	br := &handlerBatch{BatchResults: t.tx.SendBatch(ctx, b), t: t.root()}
 	br.t.track(br)
@@ -249,10 +239,10 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if err := t.keepRole(ctx, sql); err != nil {
+	deallocate, err := t.saw(ctx, sql)
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	deallocate := t.saw(sql)
 	tag, err := t.tx.Exec(ctx, sql, args...)
 	if err == nil && deallocate {
 		err = t.tx.Conn().DeallocateAll(ctx)
@@ -265,10 +255,9 @@ func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
-	if err := t.keepRole(ctx, sql); err != nil {
+	if _, err := t.saw(ctx, sql); err != nil {
 		return nil, err
 	}
-	t.saw(sql)
 	rows, err := t.tx.Query(ctx, sql, args...)
 	if err != nil {
 		return rows, err

@@ -26,29 +26,28 @@ import (
 // tx.Conn() are not seen. TestHandlerSettingsDoNotOutliveItsJob.
 
 // restoreSettings puts back, for the rest of the transaction, the settings
-// pgwake's statements depend on: the session's user, the role the
-// connection started with (a startup parameter "role" is kept; ROLE NONE
-// would give the login role), and the timeouts' defaults. restoreRole is
-// used instead when keepRole read the role first (a role AfterConnect set
-// is not a start value). TestHandlerRoleRestoredToThePoolsRole.
-const restoreSettings = `SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL role TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
-
-// restoreRole is restoreSettings with the role put back to role, the one
-// the transaction ran as before the handler's first statement that may
-// have changed it (keepRole): a role a pool's AfterConnect set with SET
-// ROLE is not the connection's start value.
-func restoreRole(role string) string {
-	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; SELECT pg_catalog.set_config('role', ` + sqlident.Literal(role) +
-		`, true); SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
+// pgwake's statements depend on: the session's user, the role, and the
+// timeouts' defaults. role is the one the transaction ran as before the
+// handler's first statement that may have changed it (saw read it), or nil:
+// then the role the connection started with (SET LOCAL role TO DEFAULT; a
+// startup parameter "role" is kept, where ROLE NONE would give the login
+// role, and a role a pool's AfterConnect set is not a start value, hence
+// the read). TestHandlerRoleRestoredToThePoolsRole.
+func restoreSettings(role *string) string {
+	setRole := `SET LOCAL role TO DEFAULT`
+	if role != nil {
+		setRole = `SELECT pg_catalog.set_config('role', ` + sqlident.Literal(*role) + `, true)`
+	}
+	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; ` + setRole + `; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
 }
 
 // currentRole reads the role a transaction runs as ("none": the session
 // user's own).
 const currentRole = `SELECT pg_catalog.current_setting('role')`
 
-// mentionsRole reports whether sql may change the role (SET ROLE,
-// set_config('role', ...), SET SESSION AUTHORIZATION): a false positive
-// costs one round trip (keepRole).
+// mentionsRole reports whether a statement that changes settings may
+// change the role (SET ROLE, set_config('role', ...), SET SESSION
+// AUTHORIZATION): a false positive costs one round trip (saw).
 func mentionsRole(sql string) bool {
 	return containsFold(sql, "role") || containsFold(sql, "authorization")
 }

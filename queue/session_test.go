@@ -129,7 +129,7 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 // failed with permission denied; SET LOCAL role TO DEFAULT alone still
 // fails the AfterConnect pool (its role is not a start value), so pgwake
 // reads the role before the handler's first statement that may change it
-// (keepRole). Held and leased.
+// (saw). Held and leased.
 func TestHandlerRoleRestoredToThePoolsRole(t *testing.T) {
 	t.Parallel()
 	admin := pgtest.Pool(t)
