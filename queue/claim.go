@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -264,9 +263,7 @@ func scanClaimedJob(rows pgx.Rows, extra ...any) (claimedJob, error) {
 	j.Payload = payload
 	j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(attempts)+1, int(maxAttempts)
 	if meta != nil {
-		// Not a JSON object of strings (written by hand through the
-		// SQL API): the job runs without it.
-		_ = json.Unmarshal([]byte(*meta), &j.Metadata)
+		j.Metadata = decodeMetadata(*meta)
 	}
 	cj.wait = time.Duration(waitSec * float64(time.Second))
 	return cj, nil

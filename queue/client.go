@@ -221,7 +221,7 @@ func (c *Client) enqueue(ctx context.Context, q querier, jobs []NewJob) (_ []Enq
 	}
 	ids, dups, heldUntil, err := c.send(ctx, q, a)
 	if err != nil {
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
+		return nil, fmt.Errorf("queue: enqueue: %w", c.notMigrated(err))
 	}
 	if len(ids) != n || len(dups) != n {
 		return nil, fmt.Errorf("queue: enqueue: internal error: %d ids for %d jobs", len(ids), n)
@@ -342,11 +342,11 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 	// and record the attempt cancelled. The cancel below waits for the row.
 	var before JobState
 	if err := c.pool.QueryRow(ctx, c.sql.jobState, id).Scan(&before); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+		return fmt.Errorf("queue: cancel job %d: %w", id, c.notMigrated(err))
 	}
 	if before == StatePending {
 		if _, err := c.pool.Exec(ctx, c.sql.notify, c.channel, stopPrefix+strconv.FormatInt(id, 10)); err != nil {
-			return fmt.Errorf("queue: cancel job %d: %w", id, err)
+			return fmt.Errorf("queue: cancel job %d: %w", id, c.notMigrated(err))
 		}
 	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, id) })
@@ -367,14 +367,14 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id})
 	if err != nil {
-		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+		return fmt.Errorf("queue: cancel job %d: %w", id, c.notMigrated(err))
 	}
 	n := 0
 	for rows.Next() {
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("queue: cancel job %d: %w", id, err)
+		return fmt.Errorf("queue: cancel job %d: %w", id, c.notMigrated(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: cancel job %d: not pending", ErrNotFound, id)
@@ -401,7 +401,7 @@ func (c *Client) RetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
 		if held := uniqueKeyHeld(id, err); held != nil {
 			return held
 		}
-		return fmt.Errorf("queue: retry job %d: %w", id, err)
+		return fmt.Errorf("queue: retry job %d: %w", id, c.notMigrated(err))
 	}
 	if !ok {
 		return fmt.Errorf("%w: retry job %d: not failed", ErrNotFound, id)

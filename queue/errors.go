@@ -16,7 +16,10 @@ var ErrAlreadyRunning = errors.New("queue: client is already running")
 var ErrNotStarted = errors.New("queue: Stop without a successful Start")
 
 // ErrSchemaNotMigrated is returned by Run and Start when the schema lacks a
-// migration this version of pgwake needs.
+// migration this version of pgwake needs, and wraps the error of an
+// enqueue, read, cancel, retry or pause call whose statement found a
+// schema, table, column or function of pgwake missing (a producer deployed
+// before its migration).
 var ErrSchemaNotMigrated = errors.New("queue: schema not migrated")
 
 // ErrNoQueues is returned by Run and Start when Config.Queues and

@@ -30,6 +30,7 @@ var (
 	ErrInvalidPriority    = errors.New("priority out of range")
 	ErrInvalidSchedule    = errors.New("invalid schedule")
 	ErrInvalidUniqueKey   = errors.New("invalid unique key")
+	ErrInvalidMetadata    = errors.New("invalid metadata")
 )
 
 // JobError reports which job of an enqueue call was rejected and why. Nothing
@@ -252,8 +253,15 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 		p.uniqueKey = &uk
 	}
 	if len(j.Metadata) > 0 {
+		// encoding/json would turn invalid UTF-8 into U+FFFD (the handler
+		// would get other strings), and jsonb refuses NUL.
+		for k, v := range j.Metadata {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) || containsNUL(k) || containsNUL(v) {
+				return fail("metadata", fmt.Errorf("%w: key %.80q or its value is not valid UTF-8 or contains NUL", ErrInvalidMetadata, k))
+			}
+		}
 		if p.metadata, err = json.Marshal(j.Metadata); err != nil {
-			return fail("metadata", err)
+			return fail("metadata", fmt.Errorf("%w: %w", ErrInvalidMetadata, err))
 		}
 	}
 	return prepareUnique(p, j, fail)
@@ -293,6 +301,35 @@ func prepareUnique(p prepared, j NewJob, fail func(string, error) (prepared, err
 		return fail("unique_hold", fmt.Errorf("%w: hold %q: use %q, %q or %q", ErrInvalidUniqueKey, j.UniqueHold, UniqueHoldActive, UniqueHoldPending, UniqueHoldSucceeded))
 	}
 	return p, nil
+}
+
+// decodeMetadata is a job's stored metadata as handlers and the read API
+// get it. The Go client writes an object of strings; the SQL API takes any
+// jsonb, so a value that is not a string is handed over as its JSON text
+// ({"retries":3} gives "3"; null gives "") and metadata that is not an
+// object as nil
+// (TestMetadataWrittenThroughSQL).
+func decodeMetadata(raw string) map[string]string {
+	var strs map[string]string
+	if json.Unmarshal([]byte(raw), &strs) == nil {
+		return strs // the usual case: an object of strings
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw), &obj) != nil || len(obj) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(obj))
+	for k, v := range obj {
+		s := string(v)
+		switch {
+		case s == "null":
+			s = "" // as in the usual case's decoding
+		case len(v) > 0 && v[0] == '"':
+			_ = json.Unmarshal(v, &s) // valid: jsonb printed it
+		}
+		m[k] = s
+	}
+	return m
 }
 
 func containsNUL(s string) bool {
@@ -337,27 +374,158 @@ func encodePayload(v any, limit int) ([]byte, error) {
 	if !utf8.Valid(b) {
 		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidPayload)
 	}
-	// jsonb rejects the NUL character, even escaped.
-	if containsEscapedNUL(b) {
-		return nil, fmt.Errorf("%w: contains \\u0000, which PostgreSQL jsonb cannot store", ErrInvalidPayload)
+	// jsonb also rejects what json.Valid lets through: \u0000, a lone
+	// UTF-16 surrogate and numbers beyond numeric's range.
+	if err := jsonbSafe(b); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 	}
 	return b, nil
 }
 
-func containsEscapedNUL(b []byte) bool {
-	for i := 0; i+5 < len(b); i++ {
-		if b[i] == '\\' {
-			if b[i+1] == 'u' && b[i+2] == '0' && b[i+3] == '0' && b[i+4] == '0' && b[i+5] == '0' {
-				// Count preceding backslashes: an even number means this one escapes.
-				n := 0
-				for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
-					n++
+// PostgreSQL numeric's limits, which a jsonb number must fit: 131072
+// digits before the decimal point and 16383 after it.
+const (
+	numericMaxIntDigits  = 131072
+	numericMaxFracDigits = 16383
+	numericMaxExponent   = 1<<30 - 1 // numeric_in refuses |exponent| >= INT_MAX/2 even for zero
+)
+
+// jsonbSafe reports what in b, valid JSON text, PostgreSQL's jsonb input
+// refuses although encoding/json accepts it: the escape \u0000, a \u escape
+// of a UTF-16 surrogate that is not part of a pair, and a number with more
+// digits before or after the decimal point than numeric holds (1e1000000,
+// 1e-20000). One pass, no allocation.
+func jsonbSafe(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			end, err := jsonbSafeString(b, i+1)
+			if err != nil {
+				return err
+			}
+			i = end
+		case c == '-' || (c >= '0' && c <= '9'):
+			end, err := jsonbSafeNumber(b, i)
+			if err != nil {
+				return err
+			}
+			i = end - 1
+		}
+	}
+	return nil
+}
+
+// jsonbSafeString checks the string starting at b[i] (after its opening
+// quote) and returns the index of its closing quote.
+func jsonbSafeString(b []byte, i int) (int, error) {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i, nil
+		case '\\':
+			if i+1 < len(b) && b[i+1] != 'u' {
+				i++ // a one-character escape
+				continue
+			}
+			r, ok := hex4(b, i+2)
+			if !ok {
+				return 0, errors.New("a \\u escape without four hex digits")
+			}
+			switch {
+			case r == 0:
+				return 0, errors.New("contains \\u0000, which PostgreSQL jsonb cannot store")
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return 0, fmt.Errorf("\\u%04x is half of a UTF-16 surrogate pair without its first half", r)
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := hex4(b, i+8); !ok || b[i+6] != '\\' || b[i+7] != 'u' || lo < 0xDC00 || lo > 0xDFFF {
+					return 0, fmt.Errorf("\\u%04x is half of a UTF-16 surrogate pair without its second half", r)
 				}
-				if n%2 == 0 {
-					return true
-				}
+				i += 6 // the pair's second escape
+			}
+			i += 5
+		}
+	}
+	return i, nil
+}
+
+// hex4 decodes the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// jsonbSafeNumber checks the number starting at b[i] against numeric's
+// limits and returns the index just past it.
+func jsonbSafeNumber(b []byte, i int) (int, error) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	// intDigits: digits before the point from the first that is not zero;
+	// fracDigits: all digits after it; firstFrac: the place after the point
+	// of its first digit that is not zero (0: none).
+	intDigits, fracDigits, firstFrac := int64(0), int64(0), int64(0)
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if intDigits > 0 || b[i] != '0' {
+			intDigits++
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		for i++; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			fracDigits++
+			if firstFrac == 0 && b[i] != '0' {
+				firstFrac = fracDigits
 			}
 		}
 	}
-	return false
+	var exp int64
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		neg := false
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			neg = b[i] == '-'
+			i++
+		}
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if exp < 1<<40 {
+				exp = exp*10 + int64(b[i]-'0')
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	if exp >= numericMaxExponent || exp <= -numericMaxExponent {
+		return 0, fmt.Errorf("the number %.40s... has an exponent beyond PostgreSQL numeric", b[start:i])
+	}
+	var before int64 // digits before the point once the exponent moved it
+	switch {
+	case intDigits > 0:
+		before = intDigits + exp
+	case firstFrac > 0:
+		before = exp - firstFrac + 1
+	}
+	if before > numericMaxIntDigits {
+		return 0, fmt.Errorf("the number %.40s... has more than %d digits before the decimal point, beyond PostgreSQL numeric", b[start:i], numericMaxIntDigits)
+	}
+	if after := fracDigits - exp; after > numericMaxFracDigits {
+		return 0, fmt.Errorf("the number %.40s... has more than %d digits after the decimal point, beyond PostgreSQL numeric", b[start:i], numericMaxFracDigits)
+	}
+	return i, nil
 }

@@ -51,10 +51,10 @@ func (c *Client) PauseQueue(ctx context.Context, queue string) error {
 // notification) take effect when tx commits.
 func (c *Client) PauseQueueTx(ctx context.Context, tx pgx.Tx, queue string) error {
 	if err := ValidateQueue(queue); err != nil {
-		return fmt.Errorf("queue: pause: %w", err)
+		return fmt.Errorf("queue: pause: %w", c.notMigrated(err))
 	}
 	if _, err := tx.Exec(ctx, c.sql.periodic.pause, queue, c.channel); err != nil {
-		return fmt.Errorf("queue: pause %s: %w", queue, err)
+		return fmt.Errorf("queue: pause %s: %w", queue, c.notMigrated(err))
 	}
 	return nil
 }
@@ -68,10 +68,10 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
 // ResumeQueueTx is ResumeQueue in the caller's transaction.
 func (c *Client) ResumeQueueTx(ctx context.Context, tx pgx.Tx, queue string) error {
 	if err := ValidateQueue(queue); err != nil {
-		return fmt.Errorf("queue: resume: %w", err)
+		return fmt.Errorf("queue: resume: %w", c.notMigrated(err))
 	}
 	if _, err := tx.Exec(ctx, c.sql.periodic.resume, queue, c.channel); err != nil {
-		return fmt.Errorf("queue: resume %s: %w", queue, err)
+		return fmt.Errorf("queue: resume %s: %w", queue, c.notMigrated(err))
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (c *Client) ResumeQueueTx(ctx context.Context, tx pgx.Tx, queue string) err
 func (c *Client) Queues(ctx context.Context) ([]QueueState, error) {
 	rows, err := c.pool.Query(ctx, c.sql.periodic.queues)
 	if err != nil {
-		return nil, fmt.Errorf("queue: list queues: %w", err)
+		return nil, fmt.Errorf("queue: list queues: %w", c.notMigrated(err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueState, error) {
 		var q QueueState
@@ -95,7 +95,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueState, error) {
 		return q, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: list queues: %w", err)
+		return nil, fmt.Errorf("queue: list queues: %w", c.notMigrated(err))
 	}
 	return out, nil
 }

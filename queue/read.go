@@ -161,8 +161,8 @@ func scanJobInfo(row pgx.Row, j *JobInfo, extra ...any) error {
 		&j.CreatedAt, &j.FinishedAt, &j.UniqueKey, &j.UniqueScope, &j.UniqueHold, &j.LastError, &meta, &j.HeldUntil}, extra...)
 	err := row.Scan(dest...)
 	j.Priority = int(prio)
-	if err == nil && meta != nil && json.Unmarshal([]byte(*meta), &j.Metadata) != nil {
-		j.Metadata = nil
+	if err == nil && meta != nil {
+		j.Metadata = decodeMetadata(*meta)
 	}
 	return err
 }
@@ -176,7 +176,7 @@ func (c *Client) JobGet(ctx context.Context, id int64) (JobInfo, error) {
 		return JobInfo{}, fmt.Errorf("queue: job %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("queue: get job %d: %w", id, err)
+		return JobInfo{}, fmt.Errorf("queue: get job %d: %w", id, c.notMigrated(err))
 	}
 	return j, nil
 }
@@ -217,14 +217,14 @@ func (c *Client) jobList(ctx context.Context, q querier, p JobListParams) (JobLi
 	rows, err := q.Query(ctx, c.sql.read.jobList, p.State, p.Queue, p.Kind, after, before, p.ErrorContains, p.Before, p.Limit+1,
 		contains, p.WithPayload)
 	if err != nil {
-		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)
+		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", c.notMigrated(err))
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
 		var j JobInfo
 		return j, scanJobInfo(r, &j, &j.Payload)
 	})
 	if err != nil {
-		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", err)
+		return JobListPage{}, fmt.Errorf("queue: list jobs: %w", c.notMigrated(err))
 	}
 	page := JobListPage{Jobs: jobs}
 	if len(jobs) > p.Limit {
@@ -283,14 +283,14 @@ func (c *Client) queryEvents(ctx context.Context, what, sql string, args ...any)
 			return out, nil
 		}
 	}
-	return nil, fmt.Errorf("queue: %s: %w", what, err)
+	return nil, fmt.Errorf("queue: %s: %w", what, c.notMigrated(err))
 }
 
 // LastEventID returns the highest event id committed (0: none).
 func (c *Client) LastEventID(ctx context.Context) (int64, error) {
 	var id int64
 	if err := c.pool.QueryRow(ctx, c.sql.read.lastEventID).Scan(&id); err != nil {
-		return 0, fmt.Errorf("queue: last event id: %w", err)
+		return 0, fmt.Errorf("queue: last event id: %w", c.notMigrated(err))
 	}
 	return id, nil
 }
@@ -301,7 +301,7 @@ func (c *Client) LastEventID(ctx context.Context) (int64, error) {
 func (c *Client) EventCount(ctx context.Context, afterID int64) (int64, error) {
 	var n int64
 	if err := c.pool.QueryRow(ctx, c.sql.read.eventCount, afterID).Scan(&n); err != nil {
-		return 0, fmt.Errorf("queue: count events after %d: %w", afterID, err)
+		return 0, fmt.Errorf("queue: count events after %d: %w", afterID, c.notMigrated(err))
 	}
 	return n, nil
 }
@@ -323,7 +323,7 @@ type EventsInSecond struct {
 func (c *Client) EventsPerSecond(ctx context.Context, typ EventType, since time.Time, upToID int64) ([]EventsInSecond, error) {
 	rows, err := c.pool.Query(ctx, c.sql.read.eventsPerSecond, string(typ), since, upToID)
 	if err != nil {
-		return nil, fmt.Errorf("queue: events per second: %w", err)
+		return nil, fmt.Errorf("queue: events per second: %w", c.notMigrated(err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventsInSecond, error) {
 		var e EventsInSecond
@@ -331,7 +331,7 @@ func (c *Client) EventsPerSecond(ctx context.Context, typ EventType, since time.
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: events per second: %w", err)
+		return nil, fmt.Errorf("queue: events per second: %w", c.notMigrated(err))
 	}
 	return out, nil
 }
@@ -431,7 +431,7 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 	}
 	rows, err := c.pool.Query(ctx, stmt, capRows)
 	if err != nil {
-		return nil, fmt.Errorf("queue: stats: %w", err)
+		return nil, fmt.Errorf("queue: stats: %w", c.notMigrated(err))
 	}
 	var succeededTotal int64
 	due := map[string]int64{} // pending rows due, held attempts included
@@ -450,7 +450,7 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 		return s, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: stats: %w", err)
+		return nil, fmt.Errorf("queue: stats: %w", c.notMigrated(err))
 	}
 	if p.ExactLimit != -1 {
 		for i := range out {

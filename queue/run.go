@@ -308,6 +308,23 @@ func (c *Client) checkSchema(parent context.Context) error {
 	return nil
 }
 
+// notMigrated marks err, from one of pgwake's own statements, as
+// ErrSchemaNotMigrated when the server said that a schema, table, column
+// or function is missing: a producer deployed before its migration, or
+// pointed at the wrong schema (TestEnqueueOnAnOlderSchema). Other errors
+// are returned as they are.
+func (c *Client) notMigrated(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "3F000", "42P01", "42703", "42883": // invalid_schema_name, undefined_table, _column, _function
+		return fmt.Errorf("%w: schema %s: run pgwake migrate, or Client.Migrate: %w", ErrSchemaNotMigrated, c.cfg.Schema, err)
+	}
+	return err
+}
+
 // heartbeatEvery is how often a running client refreshes its waiter rows and
 // prunes stale waiter and attempt rows.
 const heartbeatEvery = 20 * time.Second

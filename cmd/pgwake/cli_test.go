@@ -441,9 +441,14 @@ func TestEnqueue(t *testing.T) {
 	r := pgwake(t, "{\"kind\":\"a\"}\n{\"kind\":\"b\",\"bogus\":1}\n", "enqueue", "--batch", "--schema", schema)
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, `--batch line 2: json: unknown field "bogus"`)
-	r = pgwake(t, "{\"kind\":\"a\"}\n{\"kind\":\"b\",\"queue\":\"Bad Queue\"}\n", "enqueue", "--batch", "--schema", schema)
+	// The line number counts blank lines too.
+	r = pgwake(t, "{\"kind\":\"a\"}\n\n{\"kind\":\"b\",\"queue\":\"Bad Queue\"}\n", "enqueue", "--batch", "--schema", schema)
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "line with job 2: queue: invalid queue name")
+	require.Contains(t, r.stderr, "line 3: queue: invalid queue name")
+	// max_attempts 0 would silently become the default (5).
+	r = pgwake(t, "{\"kind\":\"a\",\"max_attempts\":0}\n", "enqueue", "--batch", "--schema", schema)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "--batch line 1: max_attempts 0: max attempts must be at least 1")
 	var n int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM `+jobs).Scan(&n))
 	require.Equal(t, 3, n)
@@ -464,6 +469,7 @@ func TestEnqueue(t *testing.T) {
 		{[]string{"--payload", "{}"}, "--kind is required"},
 		{[]string{"--kind", "k", "--queue", "UPPER"}, "queue: invalid queue name"},
 		{[]string{"--kind", "k", "--max-attempts", "-1"}, "max attempts must be at least 1"},
+		{[]string{"--kind", "k", "--max-attempts", "0"}, "--max-attempts 0: max attempts must be at least 1"}, // not the default
 		{[]string{"--kind", "k", "--run-after", "tomorrow"}, "--run-after \"tomorrow\" is not an RFC 3339 time"},
 		{[]string{"--kind", "k", "--delay", "1s", "--run-after", "2030-01-01T00:00:00Z"}, "not both"},
 	} {
@@ -511,6 +517,13 @@ func TestErrorMessages(t *testing.T) {
 	r = pgwake(t, "", "worker", "--schema", "pgwake_cli_not_there", "--handler", "k=exec:true", "--metrics-addr", "off")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "run `pgwake migrate --schema pgwake_cli_not_there` first")
+	// Migrated by an older pgwake: enqueue's function is missing.
+	older := migrated(t)
+	_, err = pgtest.Pool(t).Exec(context.Background(), `DROP FUNCTION `+sqlident.Quote(older, "enqueue_one")+`(text, jsonb, text, timestamptz, interval, integer, integer, jsonb, integer)`)
+	require.NoError(t, err)
+	r = pgwake(t, "", "enqueue", "--kind", "k", "--schema", older)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "run `pgwake migrate --schema "+older+"` first")
 
 	// Migrated by an older pgwake: the migration it lacks is named.
 	old := migrated(t)

@@ -57,7 +57,7 @@ func FuzzReadBatch(f *testing.F) {
 	f.Add("\n\n{}\n")
 	f.Add(`{"kind":"a","delay":"-1s"}`)
 	f.Fuzz(func(t *testing.T, in string) {
-		jobs, err := readBatch(strings.NewReader(in), queue.NewJob{Kind: "dflt"})
+		jobs, _, err := readBatch(strings.NewReader(in), queue.NewJob{Kind: "dflt"})
 		if err != nil {
 			return
 		}

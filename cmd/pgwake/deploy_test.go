@@ -325,7 +325,7 @@ func TestComposeWorkerCommand(t *testing.T) {
 	for _, l := range lines {
 		in.WriteString(l[1] + "\n")
 	}
-	jobs, err := readBatch(strings.NewReader(in.String()), queue.NewJob{})
+	jobs, _, err := readBatch(strings.NewReader(in.String()), queue.NewJob{})
 	require.NoError(t, err)
 	for _, j := range jobs {
 		require.True(t, handlers[j.Kind], "producer enqueues kind %q that the worker has no handler for", j.Kind)

@@ -85,8 +85,9 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	var jobs []queue.NewJob
+	var lines []int // --batch: the input line of each job
 	if *f.batch {
-		jobs, err = f.batchJobs(env, base)
+		jobs, lines, err = f.batchJobs(env, base)
 	} else {
 		jobs, err = f.oneJob(env, base)
 	}
@@ -103,7 +104,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		var je *queue.JobError
 		if errors.As(err, &je) {
 			if *f.batch {
-				return fmt.Errorf("line with job %d: %s: %v; nothing was enqueued", je.Index+1, je.Field, je.Err)
+				return fmt.Errorf("line %d: %s: %v; nothing was enqueued", lines[je.Index], je.Field, je.Err)
 			}
 			return usagef("%s: %v", je.Field, je.Err)
 		}
@@ -160,24 +161,28 @@ func (f enqueueFlags) baseJob() (queue.NewJob, error) {
 	if *f.delay < 0 {
 		return queue.NewJob{}, usagef("--delay %s is negative", *f.delay)
 	}
+	if *f.maxAttempts < 1 {
+		// 0 would mean the client's default in queue.NewJob.
+		return queue.NewJob{}, usagef("--max-attempts %d: max attempts must be at least 1", *f.maxAttempts)
+	}
 	return queue.NewJob{Queue: *f.queueName, Kind: *f.kind, Priority: *f.priority, Delay: *f.delay,
 		RunAfter: at, MaxAttempts: *f.maxAttempts, UniqueKey: *f.uniqueKey,
 		UniqueScope: queue.UniqueScope(*f.uniqueScope), UniqueHold: queue.UniqueHold(*f.uniqueHold), UniquePeriod: *f.uniquePer}, nil
 }
 
 // batchJobs reads --batch's JSON lines from stdin.
-func (f enqueueFlags) batchJobs(env *cliEnv, base queue.NewJob) ([]queue.NewJob, error) {
+func (f enqueueFlags) batchJobs(env *cliEnv, base queue.NewJob) ([]queue.NewJob, []int, error) {
 	if *f.payload != "" || *f.payloadFile != "" || f.stdinPayload {
-		return nil, usagef("--batch reads jobs from stdin; give payloads in the lines, not with --payload, --payload-file or -")
+		return nil, nil, usagef("--batch reads jobs from stdin; give payloads in the lines, not with --payload, --payload-file or -")
 	}
-	jobs, err := readBatch(env.stdin, base)
+	jobs, lines, err := readBatch(env.stdin, base)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(jobs) == 0 {
-		return nil, usagef("--batch: stdin has no jobs")
+		return nil, nil, usagef("--batch: stdin has no jobs")
 	}
-	return jobs, nil
+	return jobs, lines, nil
 }
 
 // oneJob is base with the payload given one way: --payload, --payload-file
@@ -248,11 +253,13 @@ func printEnqueued(env *cliEnv, res []queue.EnqueueResult) error {
 	return nil
 }
 
-// readBatch parses JSON lines into jobs, filling missing fields from base.
-func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
+// readBatch parses JSON lines into jobs, filling missing fields from base,
+// and returns each job's line number (blank lines are skipped).
+func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, []int, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 8<<20)
 	var jobs []queue.NewJob
+	var lines []int
 	for line := 1; sc.Scan(); line++ {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
@@ -262,7 +269,7 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			return nil, usagef("--batch line %d: %v; each line must be one JSON object like {\"kind\":\"email\",\"payload\":{}}", line, err)
+			return nil, nil, usagef("--batch line %d: %v; each line must be one JSON object like {\"kind\":\"email\",\"payload\":{}}", line, err)
 		}
 		j := base
 		j.Payload = nil
@@ -270,7 +277,7 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 			j.Kind = *l.Kind
 		}
 		if j.Kind == "" {
-			return nil, usagef("--batch line %d: no \"kind\" and no --kind", line)
+			return nil, nil, usagef("--batch line %d: no \"kind\" and no --kind", line)
 		}
 		if l.Queue != nil {
 			j.Queue = *l.Queue
@@ -284,7 +291,7 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 		if l.Delay != nil {
 			d, err := time.ParseDuration(*l.Delay)
 			if err != nil || d < 0 {
-				return nil, usagef("--batch line %d: delay %q is not a duration like \"30s\"", line, *l.Delay)
+				return nil, nil, usagef("--batch line %d: delay %q is not a duration like \"30s\"", line, *l.Delay)
 			}
 			j.Delay, j.RunAfter = d, time.Time{}
 		}
@@ -292,6 +299,9 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 			j.RunAfter = *l.RunAfter
 		}
 		if l.MaxAttempts != nil {
+			if *l.MaxAttempts < 1 {
+				return nil, nil, usagef("--batch line %d: max_attempts %d: max attempts must be at least 1", line, *l.MaxAttempts)
+			}
 			j.MaxAttempts = *l.MaxAttempts
 		}
 		if l.UniqueKey != nil {
@@ -306,14 +316,14 @@ func readBatch(r io.Reader, base queue.NewJob) ([]queue.NewJob, error) {
 		if l.UniquePeriod != nil {
 			d, err := time.ParseDuration(*l.UniquePeriod)
 			if err != nil || d <= 0 {
-				return nil, usagef("--batch line %d: unique_period %q is not a positive duration like \"10m\"", line, *l.UniquePeriod)
+				return nil, nil, usagef("--batch line %d: unique_period %q is not a positive duration like \"10m\"", line, *l.UniquePeriod)
 			}
 			j.UniquePeriod = d
 		}
-		jobs = append(jobs, j)
+		jobs, lines = append(jobs, j), append(lines, line)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read --batch input: %w", err)
+		return nil, nil, fmt.Errorf("read --batch input: %w", err)
 	}
-	return jobs, nil
+	return jobs, lines, nil
 }
