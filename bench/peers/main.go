@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -71,11 +72,12 @@ func main() {
 func run(args []string) int {
 	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
 	options := harness.Flags(fs)
-	var systems, url string
+	var systems, url, cpuProfile string
 	var riverWorkers int
 	fs.IntVar(&riverWorkers, "river-workers", 100, "River's MaxWorkers (default 100, as in River's documentation; pass --workers' value for equal concurrency)")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, pgwake first for the ratios: "+strings.Join(allSystems, ", "))
 	fs.StringVar(&url, "database-url", os.Getenv("PGWAKE_DATABASE_URL"), "PostgreSQL URL (default $PGWAKE_DATABASE_URL; empty: a throwaway cluster with fsync on)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run (every system, the harness and its producers) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: go run . [--systems LIST] [--modes LIST] [--runs N] [--json] [--svg FILE] [size flags]")
 		fs.PrintDefaults()
@@ -103,6 +105,20 @@ func run(args []string) int {
 	opts.DatabaseURL = url
 	opts.Commit = harness.Commit(".")
 
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "peers: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if _, err := harness.Run(ctx, opts, syss...); err != nil {

@@ -360,10 +360,12 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		rn.logf("%s: %s: %d jobs at %.0f/s, %d producers", rn.sys.Name(), mode, n, rate, p)
 		commits := make([]atomic.Int64, n)
 		syncs0, bytes0, walOK := walStats(ctx, rn.env.Pool)
+		pool0 := rn.env.Pool.Stat()
 		t0 := time.Since(base)
 		enqLat, perr := produceAtRate(ctx, rn.sys, p, n, rate, base, commits)
 		produced := time.Since(base) - t0
 		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
+		poolStats(res.Extra, pool0, rn.env.Pool.Stat(), n)
 		if all {
 			// Let a late duplicate show.
 			sleepCtx(ctx, 200*time.Millisecond)
@@ -405,6 +407,19 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		return ctx.Err()
 	})
 	return res, err
+}
+
+// poolStats adds to extra what the shared pool's acquires cost between two
+// of its Stats, per job: pool_acquires_per_job, pool_empty_acquires_per_job
+// (acquires that found no idle connection) and pool_empty_wait_us_per_job
+// (the time those waited). The bench and the system under test share the
+// pool, so a system that holds more connections makes the producers wait
+// too.
+func poolStats(extra map[string]float64, a, b *pgxpool.Stat, n int) {
+	jobs := float64(n)
+	extra["pool_acquires_per_job"] = float64(b.AcquireCount()-a.AcquireCount()) / jobs
+	extra["pool_empty_acquires_per_job"] = float64(b.EmptyAcquireCount()-a.EmptyAcquireCount()) / jobs
+	extra["pool_empty_wait_us_per_job"] = float64((b.EmptyAcquireWaitTime() - a.EmptyAcquireWaitTime()).Microseconds()) / jobs
 }
 
 // diagnose adds the system's diagnostics to res's extras.
