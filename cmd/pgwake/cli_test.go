@@ -550,6 +550,7 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"migrate", "sideways"}, `unknown action "sideways"`},
 		{[]string{"jobs", "show", "abc"}, `job id "abc" is not a positive integer`},
 		{[]string{"jobs", "list", "--state", "lost"}, `--state "lost"`},
+		{[]string{"jobs", "--state", "failed", "list"}, "expected an action"}, // flags come after the action (docs/cli.md)
 		{[]string{"stats", "--log-level", "loud"}, `--log-level "loud"`},
 	} {
 		r := pgwake(t, "", tc.args...)
