@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -53,9 +54,12 @@ func TestPayloadCheckAgreesWithJsonb(t *testing.T) {
 	require.Greater(t, e.count(`true`), 10, "the accepted payloads were written")
 }
 
-// Metadata written through the SQL API, which takes any jsonb, reaches the
-// handler and the read API alike: strings as they are, other values as
-// their JSON text, and metadata that is not an object as nil.
+// Metadata that is not an object of strings (written before migration
+// 0022 through the SQL API, which took any jsonb, or through enqueue_one,
+// which does not check it) reaches the handler and the read API alike:
+// strings as they are, other values as their JSON text, and metadata that
+// is not an object as nil. Since 0022 the SQL API's enqueue and
+// enqueue_many refuse such metadata (PW012) and write nothing.
 func TestMetadataWrittenThroughSQL(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -80,9 +84,43 @@ func TestMetadataWrittenThroughSQL(t *testing.T) {
 		{`5`, nil},
 	}
 	ids := make([]int64, len(cases))
-	for i, tc := range cases {
-		require.NoError(t, e.pool.QueryRow(ctx, `SELECT `+e.table("enqueue")+`('k', metadata => $1::jsonb)`, tc.metadata).Scan(&ids[i]))
+	for _, tc := range cases {
+		_, err := e.pool.Exec(ctx, `SELECT `+e.table("enqueue")+`('k', metadata => $1::jsonb)`, tc.metadata)
+		if tc.metadata != `{"tenant":"7"}` {
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe, tc.metadata)
+			require.Equal(t, "PW012", pe.Code, tc.metadata)
+			require.Equal(t, "metadata", pe.ColumnName, tc.metadata)
+			_, err = e.pool.Exec(ctx, `SELECT `+e.table("enqueue_many")+`(jsonb_build_array(jsonb_build_object('kind', 'k'), jsonb_build_object('kind', 'k', 'metadata', $1::jsonb)))`, tc.metadata)
+			require.ErrorAs(t, err, &pe, tc.metadata)
+			require.Equal(t, "PW012", pe.Code, tc.metadata)
+			require.Contains(t, pe.Message, "job 1: metadata", tc.metadata)
+			require.Equal(t, 0, e.count(`true`), "nothing written")
+		} else {
+			require.NoError(t, err)
+			_, err = e.pool.Exec(ctx, `DELETE FROM `+e.table("jobs"))
+			require.NoError(t, err)
+		}
 	}
+	for i, tc := range cases {
+		// As an older pgwake let the SQL API write it.
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT `+e.table("enqueue_one")+`('k')`).Scan(&ids[i]))
+		_, err := e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET metadata = $2::jsonb WHERE id = $1`, ids[i], tc.metadata)
+		require.NoError(t, err)
+	}
+	// JSON null is no metadata, in both calls.
+	_, err := e.pool.Exec(ctx, `SELECT `+e.table("enqueue")+`('k', metadata => 'null')`)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `SELECT `+e.table("enqueue_many")+`('[{"kind":"k","metadata":null,"payload":null}]')`)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.count(`metadata IS NULL AND payload = '{}'`), "JSON null metadata and payload take the defaults")
+	var nulls []int64
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM `+e.table("jobs")+` WHERE metadata IS NULL`).Scan(&nulls))
+	for range nulls {
+		cases = append(cases, cases[len(cases)-1])
+		cases[len(cases)-1].metadata, cases[len(cases)-1].want = "null", nil
+	}
+	ids = append(ids, nulls...)
 	e.run()
 	waitFor(t, 10*time.Second, "the jobs ran", func() bool {
 		mu.Lock()

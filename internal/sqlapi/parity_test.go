@@ -325,6 +325,10 @@ func TestEnqueueManyShape(t *testing.T) {
 		{`[{"kind": "k", "max_attempts": 3000000000}]`, "PW006", "max_attempts", 0},
 		{`[{"kind": "k"}, {"kind": "k", "run_after": "soonish"}]`, "PW005", "run_after", 1},
 		{`[{"kind": "k", "delay": "a while"}]`, "PW005", "delay", 0},
+		{`[{"kind": "k", "unique_key": "u", "unique_period": "forever"}]`, "PW010", "unique_period", 0}, // PW005 before migration 0022
+		{`[{"kind": "k", "unique_key": "u", "unique_period": 1e300}]`, "PW010", "unique_period", 0},
+		{`[{"kind": "k"}, {"kind": "k", "metadata": {"n": 3}}]`, "PW012", "metadata", 1},
+		{`[{"kind": "k", "metadata": ["a"]}]`, "PW012", "metadata", 0},
 	} {
 		_, err := prod.Exec(ctx, `SELECT `+w.fn("enqueue_many")+`($1::jsonb)`, tc.arg)
 		requireState(t, err, tc.state, tc.column, tc.ord, tc.arg)
