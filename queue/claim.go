@@ -52,6 +52,10 @@ type batch struct {
 type claimedJob struct {
 	job  Job
 	wait time.Duration // from due to claim
+	// handed is the copy of job its handler gets: a handler that changes
+	// it (json.Unmarshal into it, say) cannot move another job or its own
+	// attempt count (TestHandlerChangesItsJob).
+	handed Job
 }
 
 // lostAttempt is the record of an attempt that began and recorded no

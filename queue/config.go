@@ -62,7 +62,8 @@ type Config struct {
 	// JobTimeout bounds one attempt: the handler's context is cancelled after
 	// it and the attempt fails. Default 1m; negative means no timeout.
 	JobTimeout time.Duration
-	// KindTimeouts overrides JobTimeout per kind (negative: no timeout).
+	// KindTimeouts overrides JobTimeout per kind (negative: no timeout; 0:
+	// JobTimeout, as River's Worker.Timeout).
 	KindTimeouts map[string]time.Duration
 	// PollInterval is the longest a worker sleeps without looking at the
 	// database when no notification arrives. Default 2s.
@@ -323,10 +324,10 @@ func makeKindTimeout(d time.Duration) kindTimeout {
 }
 
 func (c Config) timeout(kind string) time.Duration {
-	if d, ok := c.KindTimeouts[kind]; ok {
+	if d := c.KindTimeouts[kind]; d != 0 {
 		return d
 	}
-	return c.JobTimeout
+	return c.JobTimeout // 0 is the default, as for JobTimeout itself
 }
 
 // DefaultLogger is the logger of a Config without one: warnings and errors,

@@ -55,7 +55,24 @@ type batchRun struct {
 }
 
 // execute runs batch b to the end and returns its connection to the pool.
+// A handler that ends its goroutine (runtime.Goexit) skips the rest:
+// the deferred settle rolls the batch back, and its attempts count as lost
+// (attempts.go).
 func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
+	ended := false
+	defer func() {
+		if !ended {
+			c.forgetStarts(b.stop())
+			b.release()
+			l.rewind.Store(true)
+			l.wake(sourceReleased, 0)
+		}
+	}()
+	c.executeBatch(hardCtx, b, l)
+	ended = true
+}
+
+func (c *Client) executeBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 	defer c.untrack(b)
 	rctx, cancel := recordContext(hardCtx)
 	defer cancel()
@@ -165,7 +182,8 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		c.signals.handlerStarting(j.ID)
 		b.running(j.ID, stop)
 		t0 := time.Now()
-		herr := c.runHandler(jctx, jtx, j)
+		cj.handed = *j // the handler's copy: what it changes is not our record
+		herr := c.runHandler(jctx, jtx, &cj.handed)
 		b.running(0, nil)
 		if errors.Is(context.Cause(jctx), errCancelledWhileRunning) {
 			herr = Cancel(errCancelledWhileRunning) // whatever it returned
@@ -434,27 +452,37 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 		ctx, cancel = context.WithTimeoutCause(hardCtx, t.d, t.cause)
 	}
 	defer cancel()
-	if hook := c.cfg.Hooks.Work; hook != nil {
-		var done func(error)
-		ctx, done = hook(ctx, j)
-		if done != nil {
-			defer func() { done(err) }() // runs after the recover below
-		}
-	}
+	var done func(error) // the Work hook's
+	returned := false
 	defer func() {
 		tx.ended.Store(true) // ErrTxAfterHandler from now on
 		r := recover()
-		if r != nil {
+		switch {
+		case r != nil:
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		case !returned:
+			// runtime.Goexit (t.FailNow in a test): the goroutine ends
+			// whatever we do; execute's deferred release settles the
+			// batch (TestHandlerGoexit).
+			c.log.Error("handler ended its goroutine (runtime.Goexit, t.FailNow?); its batch rolls back and its attempt counts as lost",
+				zap.Int64("job_id", j.ID), zap.String("kind", j.Kind))
 		}
+		err = callableError(err)
 		// Rows, a QueryRow never scanned or batch results the handler
 		// left open would keep the connection busy for the completion.
 		if tx.closeLeft() && err == nil {
 			c.log.Warn("handler left rows or batch results open; pgwake closed them (close them before returning)",
 				zap.Int64("job_id", j.ID), zap.String("kind", j.Kind))
 		}
+		if done != nil {
+			c.callDone(j, done, err)
+		}
 	}()
+	if hook := c.cfg.Hooks.Work; hook != nil {
+		ctx, done = hook(ctx, j) // a panic here fails the attempt like the handler's
+	}
 	err = h.Handle(ctx, tx, j)
+	returned = true
 	if err == nil && ctx.Err() != nil {
 		// The handler ignored its deadline; its statements may not have run.
 		err = context.Cause(ctx)
@@ -463,6 +491,35 @@ func (c *Client) runHandler(hardCtx context.Context, tx *jobTx, j *Job) (err err
 		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 	}
 	return err
+}
+
+// callableError is err, or a PanicError when err's Error method panics: a
+// handler that returns a nil pointer of an error type whose Error reads its
+// fields (the typed-nil mistake) would otherwise crash the worker when its
+// failure is recorded (TestHandlerErrorsThatPanic).
+func callableError(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = &PanicError{Value: fmt.Sprintf("the handler returned a %T whose Error method panics (a nil pointer?): %v", err, r),
+				Stack: string(debug.Stack())}
+		}
+	}()
+	_ = err.Error()
+	return err
+}
+
+// callDone calls the Work hook's done function; a panic in it is logged,
+// not let loose on the worker.
+func (c *Client) callDone(j *Job, done func(error), err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("the Work hook's done function panicked", zap.Int64("job_id", j.ID), zap.Any("panic", r))
+		}
+	}()
+	done(err)
 }
 
 // truncateError cuts s to at most n bytes of valid UTF-8 without NUL bytes

@@ -223,7 +223,8 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	jtx := &jobTx{pool: c.pool}
 	defer jtx.giveBack()
 	t0 := time.Now()
-	herr := c.runHandler(ctx, jtx, j)
+	cj.handed = *j // the handler's copy: what it changes is not our record
+	herr := c.runHandler(ctx, jtx, &cj.handed)
 	r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 	c.kinds.observe(j.Kind, r.dur)
 	if herr != nil && errors.Is(context.Cause(ctx), ErrLeaseLost) {
@@ -519,7 +520,7 @@ func (c *Client) rescueExpired(ctx context.Context, queues []string) {
 		c.log.Named("worker").Warn("rescued a job whose lease expired", zap.Int64("job_id", j.ID), zap.String("queue", j.Queue),
 			zap.String("kind", j.Kind), zap.Int("attempt", j.Attempt))
 		if l, ok := c.loops[j.Queue]; ok {
-			l.wake(sourceScheduled, c.cfg.Backoff(j.Attempt))
+			l.wake(sourceScheduled, c.backoff(j))
 		}
 	}
 }

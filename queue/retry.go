@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"go.uber.org/zap"
 	"time"
 
 	"github.com/pgwake/pgwake/internal/backoff"
@@ -124,12 +125,41 @@ func (c *Client) decide(j *Job, herr error) retryDecision {
 	case oe != nil && oe.kind == outcomeRetryAfter:
 		d = oe.delay
 	case policy != nil:
-		d = policy(j, herr)
-		if d < 0 {
+		var failed bool
+		d, failed = c.policyDelay(policy, j, herr)
+		if failed {
 			return retryDecision{event: EventFailed}
 		}
 	default:
-		d = max(c.cfg.Backoff(j.Attempt), 0)
+		d = c.backoff(j)
 	}
 	return retryDecision{event: EventRetryScheduled, delay: d}
+}
+
+// policyDelay is policy's delay for j's failed attempt (failed: it said to
+// fail for good). A policy that panics is logged and DefaultBackoff used:
+// it runs on the worker's goroutine, where a panic would end the process
+// (TestHandlerErrorsThatPanic).
+func (c *Client) policyDelay(policy RetryPolicy, j *Job, herr error) (d time.Duration, failed bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("the kind's RetryPolicy panicked; DefaultBackoff used", zap.Int64("job_id", j.ID), zap.String("kind", j.Kind), zap.Any("panic", r))
+			d, failed = DefaultBackoff(j.Attempt), false
+		}
+	}()
+	handed := *j // the policy's copy
+	d = policy(&handed, herr)
+	return d, d < 0
+}
+
+// backoff is Config.Backoff's delay for j's retry, never negative; a
+// Backoff that panics is logged and DefaultBackoff used.
+func (c *Client) backoff(j *Job) (d time.Duration) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("Config.Backoff panicked; DefaultBackoff used", zap.Int("attempt", j.Attempt), zap.Any("panic", r))
+			d = DefaultBackoff(j.Attempt)
+		}
+	}()
+	return max(c.cfg.Backoff(j.Attempt), 0)
 }

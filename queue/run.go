@@ -43,21 +43,35 @@ func (c *Client) Run(ctx context.Context) error {
 // the workers. ctx bounds the startup only.
 func (c *Client) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r, err := c.startup(runCtx)
-	if err != nil {
-		cancel()
-		return err
-	}
-	if err := r.waitListening(ctx); err != nil {
-		cancel()
-		r.stopBackground()
-		c.running.Store(false)
-		return err
-	}
-	st := &started{cancel: cancel, done: make(chan struct{}), deadline: make(chan (<-chan struct{}), 1)}
+	st := &started{cancel: cancel, done: make(chan struct{}), deadline: make(chan (<-chan struct{}), 1), ready: make(chan struct{})}
 	c.mu.Lock()
+	if c.started != nil {
+		c.mu.Unlock()
+		cancel()
+		return ErrAlreadyRunning
+	}
+	// Set before the startup, so that a Stop meanwhile waits for it and
+	// stops what it started (TestStopDuringStart).
 	c.started = st
 	c.mu.Unlock()
+	defer close(st.ready)
+	r, err := c.startup(runCtx)
+	if err == nil {
+		if err = r.waitListening(ctx); err != nil {
+			r.stopBackground()
+			c.running.Store(false)
+		}
+	}
+	if err != nil {
+		cancel()
+		st.failed = true
+		c.mu.Lock()
+		if c.started == st {
+			c.started = nil
+		}
+		c.mu.Unlock()
+		return err
+	}
 	go func() {
 		defer close(st.done)
 		// Stop's context is the deadline for running handlers.
@@ -70,7 +84,8 @@ func (c *Client) Start(ctx context.Context) error {
 // handlers finish until ctx is done, cancels the rest (their failures are
 // recorded like any other), waits for every goroutine Start started and
 // returns what Run would have. ErrNotStarted if Start did not succeed (or
-// Stop already ran).
+// Stop already ran). A Start still starting is waited for (and cut short
+// when ctx ends first), then stopped.
 //
 // Called from one of the client's handlers (ctx derived from the handler's),
 // Stop cannot wait for that handler: it stops claiming, lets every running
@@ -82,6 +97,15 @@ func (c *Client) Stop(ctx context.Context) error {
 	c.started = nil
 	c.mu.Unlock()
 	if st == nil {
+		return ErrNotStarted
+	}
+	select {
+	case <-st.ready:
+	case <-ctx.Done():
+		st.cancel() // the startup ends early
+		<-st.ready
+	}
+	if st.failed {
 		return ErrNotStarted
 	}
 	if ctx.Value(handlerCtxKey{}) == c {
@@ -104,6 +128,8 @@ type started struct {
 	deadline chan (<-chan struct{}) // Stop's ctx.Done()
 	done     chan struct{}          // closed when serve returned
 	err      error                  // serve's result, once done is closed
+	ready    chan struct{}          // closed when Start returns
+	failed   bool                   // Start returned an error (read after ready)
 }
 
 // runner is a started client: its listener, background goroutines and the
