@@ -362,9 +362,12 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		syncs0, bytes0, walOK := walStats(ctx, rn.env.Pool)
 		pool0 := rn.env.Pool.Stat()
 		t0 := time.Since(base)
-		enqLat, perr := produceAtRate(ctx, rn.sys, p, n, rate, base, commits)
+		calls := make([]atomic.Int64, n)
+		cpu0 := sampleCPU()
+		enqLat, perr := produceAtRate(ctx, rn.sys, p, n, rate, base, calls, commits)
 		produced := time.Since(base) - t0
 		all := rec.wait(rn.sizes.IdleTimeout, ctx.Done())
+		cpuStats(res.Extra, cpu0, sampleCPU(), n)
 		poolStats(res.Extra, pool0, rn.env.Pool.Stat(), n)
 		if all {
 			// Let a late duplicate show.
@@ -379,7 +382,7 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		es := Summarize(enqLat)
 		res.Extra["enqueue_p50_ms"], res.Extra["enqueue_p99_ms"] = es.P50, es.P99
 		res.Duplicates, res.Missing = rec.tally()
-		var lat []float64
+		var lat, fromCall []float64
 		for i := range n {
 			c := commits[i].Load()
 			s, ok := rec.startedAt(i)
@@ -387,12 +390,17 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 				continue
 			}
 			lat = append(lat, ms(s-time.Duration(c)))
+			fromCall = append(fromCall, ms(s-time.Duration(calls[i].Load())))
 			if i == 0 {
 				// The first job after the workers started: what a start
 				// left unprepared shows here.
 				res.Extra["first_ms"] = lat[0]
 			}
 		}
+		// From the producer's call to the handler's start: what the
+		// producer's own commit costs counts too.
+		cs := Summarize(fromCall)
+		res.Extra["from_call_p50_ms"], res.Extra["from_call_p99_ms"] = cs.P50, cs.P99
 		st := Summarize(lat)
 		res.withStats(st)
 		res.Samples = lat
@@ -420,6 +428,8 @@ func poolStats(extra map[string]float64, a, b *pgxpool.Stat, n int) {
 	extra["pool_acquires_per_job"] = float64(b.AcquireCount()-a.AcquireCount()) / jobs
 	extra["pool_empty_acquires_per_job"] = float64(b.EmptyAcquireCount()-a.EmptyAcquireCount()) / jobs
 	extra["pool_empty_wait_us_per_job"] = float64((b.EmptyAcquireWaitTime() - a.EmptyAcquireWaitTime()).Microseconds()) / jobs
+	extra["pool_new_conns"] = float64(b.NewConnsCount() - a.NewConnsCount())
+	extra["pool_empty_acquires"] = float64(b.EmptyAcquireCount() - a.EmptyAcquireCount())
 }
 
 // diagnose adds the system's diagnostics to res's extras.
@@ -435,7 +445,7 @@ func (rn *runner) diagnose(res *Result) {
 // from now, with producers concurrent producers so one slow commit does not
 // delay the next job. commits[i] gets the time since base just after job
 // i's commit. It returns the Enqueue calls' latencies (ms).
-func produceAtRate(ctx context.Context, sys System, producers, n int, rate float64, base time.Time, commits []atomic.Int64) ([]float64, error) {
+func produceAtRate(ctx context.Context, sys System, producers, n int, rate float64, base time.Time, calls, commits []atomic.Int64) ([]float64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan int)
@@ -445,6 +455,9 @@ func produceAtRate(ctx context.Context, sys System, producers, n int, rate float
 		wg.Go(func() {
 			for i := range jobs {
 				t := time.Now()
+				if calls != nil {
+					calls[i].Store(max(int64(t.Sub(base)), 1))
+				}
 				if err := sys.Enqueue(ctx, Job{Seq: int64(i)}); err != nil {
 					cancel(fmt.Errorf("%s: enqueue job %d: %w", sys.Name(), i, err))
 					continue
