@@ -305,10 +305,8 @@ func (c *Client) complete(ctx context.Context, b *batch, run *batchRun) error {
 	pb.Queue(probeByID)
 	// succeed puts the settings back itself (planRestoredSQL) before the
 	// COMMIT.
-	pb.Queue(c.sql.succeed, succeeded, all).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
-	if !run.wrote && len(cancels) == 0 && len(succeeded) == len(run.results) {
-		pb.Queue(asyncCommit)
-	}
+	async := !run.wrote && len(cancels) == 0 && len(succeeded) == len(run.results)
+	pb.Queue(c.sql.succeed, succeeded, all, async).Query(func(rows pgx.Rows) error { return collectIDs(rows, marked) })
 	var tag pgconn.CommandTag
 	pb.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := b.conn.Conn().SendBatch(ctx, pb).Close(); err != nil {

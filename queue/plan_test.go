@@ -34,7 +34,7 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 	cases := []struct {
 		name, sql, args string
 	}{
-		{"succeed", s.succeed, `'{2,4,6}'::bigint[], '{2,4,6}'::bigint[]`},
+		{"succeed", s.succeed, `'{2,4,6}'::bigint[], '{2,4,6}'::bigint[], false`},
 		{"fail", s.fail, `2, 0, 'e', 'pending', 0, 'ch', 'retry_scheduled'`},
 		{"startLeased", s.startLeased, `'{2,4,6}'::bigint[], 1000, 'w'`},
 		{"extendLeases", s.extendLeases, `'{1,3,5}'::bigint[], 1000, 'w'`},
@@ -90,7 +90,7 @@ func TestSucceedPlansForTheCurrentTable(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `PREPARE q AS `+newStatements(schema).succeed)
 	require.NoError(t, err)
-	const args = `('{2,4,6}'::bigint[], '{2,4,6}'::bigint[])`
+	const args = `('{2,4,6}'::bigint[], '{2,4,6}'::bigint[], false)`
 	explain := func(stmt, setting string) string {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
@@ -280,7 +280,7 @@ func TestPlanSettingsEndWithTheStatement(t *testing.T) {
 	// run sends BEGIN, set, stmt and the settings' read in one round trip
 	// (as claim and complete send them) and rolls back; it returns the
 	// rows stmt returned and the settings after it.
-	run := func(set, stmt string, args ...any) (n int, seqscan, mode string) {
+	run := func(set, stmt string, args ...any) (n int, seqscan, mode, sync string) {
 		t.Helper()
 		pb := &pgx.Batch{}
 		pb.Queue("BEGIN")
@@ -291,27 +291,31 @@ func TestPlanSettingsEndWithTheStatement(t *testing.T) {
 			}
 			return rows.Err()
 		})
-		pb.Queue(`SELECT pg_catalog.current_setting('enable_seqscan'), pg_catalog.current_setting('plan_cache_mode')`).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&seqscan, &mode) })
+		pb.Queue(`SELECT pg_catalog.current_setting('enable_seqscan'), pg_catalog.current_setting('plan_cache_mode'),
+			pg_catalog.current_setting('synchronous_commit')`).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&seqscan, &mode, &sync) })
 		pb.Queue("ROLLBACK")
 		require.NoError(t, conn.SendBatch(ctx, pb).Close())
-		return n, seqscan, mode
+		return n, seqscan, mode, sync
 	}
 	for _, tc := range []struct {
 		name, set, stmt string
 		args            []any
 		rows            int
+		async           bool // the statement set synchronous_commit off
 	}{
-		{"claimOne", genericPlan, s.claimOne, []any{"q"}, 1},
-		{"claimOne, nothing due", genericPlan, s.claimOne, []any{"none"}, 0},
-		{"claimPlain", genericPlan, s.claimPlain, []any{"q", 2}, 2},
-		{"claim", genericPlan, s.claim, []any{"q", 2, []string{}, []string{}, 2}, 2},
-		{"succeed", probeByID, s.succeed, []any{[]int64{1, 2}, []int64{1, 2}}, 2},
-		{"succeed, none", probeByID, s.succeed, []any{[]int64{}, []int64{}}, 0},
-		{"succeedLeased, none", genericPlan, s.succeedLeased, []any{[]int64{}, []int32{}, "w"}, 0},
+		{"claimOne", genericPlan, s.claimOne, []any{"q"}, 1, false},
+		{"claimOne, nothing due", genericPlan, s.claimOne, []any{"none"}, 0, false},
+		{"claimPlain", genericPlan, s.claimPlain, []any{"q", 2}, 2, false},
+		{"claim", genericPlan, s.claim, []any{"q", 2, []string{}, []string{}, 2}, 2, false},
+		{"succeed", probeByID, s.succeed, []any{[]int64{1, 2}, []int64{1, 2}, true}, 2, true},
+		{"succeed, flushed", probeByID, s.succeed, []any{[]int64{1, 2}, []int64{1, 2}, false}, 2, false},
+		{"succeed, none", probeByID, s.succeed, []any{[]int64{}, []int64{}, false}, 0, false},
+		{"succeedLeased, none", genericPlan, s.succeedLeased, []any{[]int64{}, []int32{}, "w"}, 0, false},
 	} {
-		n, seqscan, mode := run(tc.set, tc.stmt, tc.args...)
+		n, seqscan, mode, sync := run(tc.set, tc.stmt, tc.args...)
 		require.Equal(t, tc.rows, n, tc.name)
+		require.Equal(t, map[bool]string{true: "off", false: "on"}[tc.async], sync, tc.name)
 		require.Equal(t, "on", seqscan, tc.name)
 		require.Equal(t, "force_custom_plan", mode, tc.name)
 	}

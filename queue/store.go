@@ -56,7 +56,9 @@ type statements struct {
 	// that never started after all.
 	forgetStarts string
 	// succeed marks jobs $1 succeeded (those still pending) and deletes the
-	// attempt records of jobs $2. Rows: the ids it marked.
+	// attempt records of jobs $2; with $3 its transaction's commit does not
+	// wait for the WAL flush (asyncCommit, in the same statement: one
+	// statement less a batch). Rows: the ids it marked.
 	succeed string
 	// fail records a failed attempt of job $1 (attempts $2 at claim): error
 	// $3, new state $4 ('pending' or 'failed'), retry after $5 µs, channel $6.
@@ -278,7 +280,9 @@ WITH j AS (
 	INSERT INTO ` + events + ` (job_id, type, queue, kind, attempt)
 	SELECT id, 'succeeded', queue, kind, attempts FROM j ORDER BY id
 )
-SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore)
+SELECT id FROM j WHERE ` + planRestoredSQL(probeByIDRestore+`
+	OPERATOR(pg_catalog.||) pg_catalog.set_config('synchronous_commit',
+		CASE WHEN $3::bool THEN 'off' ELSE pg_catalog.current_setting('synchronous_commit') END, true)`)
 	s.fail = `
 WITH j AS (
 	UPDATE ` + jobs + ` SET
