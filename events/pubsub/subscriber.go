@@ -560,9 +560,9 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	select {
 	case sub.out <- msg:
 	case <-sub.ctx.Done():
-		return errClosing
+		return sub.closing(job)
 	case <-hctx.Done():
-		return context.Cause(hctx)
+		return sub.timedOut(hctx, job, last)
 	}
 	select {
 	case <-msg.Acked():
@@ -588,9 +588,41 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	case <-t.C:
 	}
 	if hctx.Err() != nil {
-		return context.Cause(hctx)
+		return sub.timedOut(hctx, job, last)
+	}
+	return sub.closing(job)
+}
+
+// closing is the outcome of a delivery that Close cut short. It counts as
+// an attempt, except the last one, which would fail the message for good:
+// that delivery is given back uncounted (queue.Snooze(0)), so a Close never
+// loses a message (TestCloseOnTheLastDeliveryLosesNothing).
+func (sub *subscription) closing(job *queue.Job) error {
+	if sub.s.lastAttempt(job) {
+		return queue.Snooze(0)
 	}
 	return errClosing
+}
+
+// timedOut is the outcome of a delivery whose AckTimeout passed: a Nack.
+// On the last delivery with a PoisonTopic (last), the message goes there in a
+// transaction of its own (the claim transaction's writes roll back with
+// the timed-out attempt) before the job fails
+// (TestAckTimeoutOnTheLastDeliveryPoisons).
+func (sub *subscription) timedOut(hctx context.Context, job *queue.Job, last bool) error {
+	cause := context.Cause(hctx)
+	if !last {
+		return cause
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), sub.s.cfg.CloseTimeout+5*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, sub.s.pool, func(tx pgx.Tx) error {
+		return sub.publishPoison(ctx, tx, job, fmt.Errorf("%w: %w", ErrNacked, cause))
+	})
+	if err != nil {
+		return fmt.Errorf("%w (and the message could not go to the poison topic: %w)", cause, err)
+	}
+	return cause
 }
 
 // lastAttempt reports whether a Nack of this delivery of job ends its
@@ -606,6 +638,12 @@ func (sub *subscription) toPoison(ctx context.Context, tx, htx pgx.Tx, job *queu
 	if err := htx.Rollback(ctx); err != nil {
 		return fmt.Errorf("pubsub: roll back the handler's writes before poisoning: %w", err)
 	}
+	return sub.publishPoison(ctx, tx, job, reason)
+}
+
+// publishPoison publishes job's message, as published, to the poison topic
+// in tx.
+func (sub *subscription) publishPoison(ctx context.Context, tx pgx.Tx, job *queue.Job, reason error) error {
 	msg, err := decode(job.Payload)
 	if err != nil {
 		return err
