@@ -147,12 +147,16 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 		if ts := c.signals; ts != nil && ts.beforeLease != nil {
 			ts.beforeLease(cj.job.ID)
 		}
-		c.register(cj.job.ID, &leasedRun{attempt: cj.job.Attempt, cancel: cancel})
+		run := &leasedRun{attempt: cj.job.Attempt, cancel: cancel}
+		c.register(cj.job.ID, run)
 		l.handlers.Add(1)
 		go func() {
 			defer l.handlers.Done()
 			defer cancel(nil)
-			defer c.leases.Delete(cj.job.ID)
+			// Only this run's entry: a handler that outlived its lease may
+			// return after the job's next run (rescued, claimed again by
+			// this client) registered its own (TestStaleHandlerKeepsTheNewRunsLease).
+			defer c.leases.CompareAndDelete(cj.job.ID, run)
 			var once sync.Once
 			release := func() { once.Do(l.freeSlot) }
 			defer release()
@@ -444,8 +448,10 @@ func (c *Client) leaseLoop(ctx context.Context) {
 // cancels the handlers of jobs that are no longer its own.
 func (c *Client) extendLeases(ctx context.Context) {
 	var ids []int64
-	c.leases.Range(func(k, _ any) bool {
+	runs := map[int64]*leasedRun{}
+	c.leases.Range(func(k, v any) bool {
 		ids = append(ids, k.(int64))
+		runs[k.(int64)] = v.(*leasedRun)
 		return true
 	})
 	if len(ids) == 0 {
@@ -467,9 +473,7 @@ func (c *Client) extendLeases(ctx context.Context) {
 	c.metrics.heartbeatT.Observe(time.Since(began).Seconds())
 	for _, id := range ids {
 		if !held[id] {
-			if v, ok := c.leases.Load(id); ok {
-				v.(*leasedRun).cancel(ErrLeaseLost)
-			}
+			runs[id].cancel(ErrLeaseLost) // the run looked at, not one registered since
 		}
 	}
 }
