@@ -99,14 +99,20 @@ type jobLister func(context.Context, queue.JobListParams) (queue.JobListPage, er
 func requireEnqueued(t testing.TB, list jobLister, kind string, payload any) int64 {
 	t.Helper()
 	want := json.RawMessage("{}")
-	if payload != nil {
+	switch p := payload.(type) {
+	case nil:
+	case json.RawMessage:
+		want = p
+	case []byte: // JSON text, as queue.NewJob.Payload takes it
+		want = p
+	case string:
+		t.Fatalf("pgwaketest: RequireEnqueued: payload: a Go string; pass json.RawMessage for JSON text or a value to encode (as queue.NewJob.Payload)")
+		return 0
+	default:
 		b, err := json.Marshal(payload)
 		if err != nil {
 			t.Fatalf("pgwaketest: RequireEnqueued: payload: %v", err)
 			return 0
-		}
-		if raw, ok := payload.(json.RawMessage); ok {
-			b = raw
 		}
 		want = b
 	}

@@ -62,6 +62,12 @@ func TestRequireEnqueued(t *testing.T) {
 	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", map[string]any{"to": "ann@example.com"}))
 	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", json.RawMessage(`{"template": "welcome"}`)), "any subset of the payload")
 	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", nil), "nil matches any payload")
+	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", []byte(`{"template": "welcome"}`)),
+		"[]byte is JSON text, as in queue.NewJob (it was marshalled to base64 and never matched)")
+	r = &recorder{TB: t}
+	require.Zero(t, pgwaketest.RequireEnqueued(r, c, "mail", `{"template": "welcome"}`))
+	require.Len(t, r.failures, 1)
+	require.Contains(t, r.failures[0], "a Go string", "refused as queue.NewJob refuses it")
 
 	// The wrong payload, or the wrong kind, fails and says what is there.
 	for _, tc := range []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -161,5 +162,26 @@ func TestEnqueueOnAnOlderSchema(t *testing.T) {
 	} {
 		err := call()
 		require.True(t, errors.Is(err, queue.ErrSchemaNotMigrated), "%s: %v", name, err)
+	}
+}
+
+// Read API inputs a caller gets wrong: math.MaxInt as "no limit" for
+// QueueStats (its count of one past the limit overflowed into an encode
+// error), and invalid UTF-8 in a JobList filter (a raw SQL error, where a
+// *FilterError before any SQL is promised).
+func TestReadFiltersMisused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	e.enqueueIDs(queue.NewJob{Kind: "k"})
+	st, err := e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: math.MaxInt})
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.EqualValues(t, 1, st[0].Pending)
+	for _, p := range []queue.JobListParams{{Queue: "a\xff"}, {Kind: "\xfe"}, {ErrorContains: "x\xc3"}} {
+		_, err := e.c.JobList(ctx, p)
+		var fe *queue.FilterError
+		require.ErrorAs(t, err, &fe, "%+v", p)
+		require.Contains(t, fe.Reason, "UTF-8")
 	}
 }

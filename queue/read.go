@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -134,6 +135,9 @@ func (p *JobListParams) validate() error {
 			if f.v[i] == 0 {
 				return &FilterError{Field: f.name, Reason: "contains a NUL byte"}
 			}
+		}
+		if !utf8.ValidString(f.v) {
+			return &FilterError{Field: f.name, Reason: "not valid UTF-8"}
 		}
 	}
 	if p.PayloadContains != nil && !json.Valid(p.PayloadContains) {
@@ -420,11 +424,9 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 	case limit < 0:
 		return nil, &FilterError{Field: "ExactLimit", Reason: "negative (use -1 for no limit)"}
 	}
-	// Count one past the limit: a count above it is known to be capped.
-	capRows := limit + 1
-	if capRows > 1<<30 {
-		capRows = 1 << 30
-	}
+	// Count one past the limit: a count above it is known to be capped
+	// (math.MaxInt as "no limit" must not overflow: TestReadFiltersMisused).
+	capRows := min(limit, 1<<30-1) + 1
 	stmt := c.sql.read.stats
 	if p.SkipSucceeded {
 		stmt = c.sql.read.statsNoSucceeded
