@@ -59,8 +59,22 @@ func classify(err error, user string) error {
 		// (the database was replaced, or the publication dropped); every
 		// reconnect meets the same change again.
 		return PermanentError{fmt.Errorf("%w: %s; the slot's position predates the publication: drop the slot (pgwake events drop-slot) to start over at the current WAL position: %w", ErrPublication, pgErr.Message, err)}
+	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "cannot read from logical replication slot"):
+		// "This slot has been invalidated because it exceeded the maximum
+		// reserved size."
+		return fmt.Errorf("%w: %w", slotLost(slotName(pgErr.Message)), err)
 	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
 		return PermanentError{fmt.Errorf("%w: %s; run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL: %w", ErrWalLevel, pgErr.Message, err)}
 	}
 	return err
+}
+
+// slotName is the slot a server message names in double quotes, or "".
+func slotName(msg string) string {
+	_, rest, ok := strings.Cut(msg, `"`)
+	name, _, ok2 := strings.Cut(rest, `"`)
+	if !ok || !ok2 {
+		return ""
+	}
+	return name
 }

@@ -394,5 +394,16 @@ func checkSlot(info *SlotInfo, database string) error {
 	if database != "" && info.Database != database {
 		return PermanentError{fmt.Errorf("%w: slot %q belongs to database %q, not %q", ErrSlot, info.Name, info.Database, database)}
 	}
+	if info.WALStatus == "lost" {
+		return slotLost(info.Name)
+	}
 	return nil
+}
+
+// slotLost is the error of a slot the server invalidated (wal_status lost:
+// it fell behind max_slot_wal_keep_size): it can never be read again
+// (TestInvalidatedSlotStopsTheStream).
+func slotLost(name string) error {
+	return PermanentError{fmt.Errorf("%w: slot %q was invalidated by the server (wal_status lost: it fell more than max_slot_wal_keep_size behind); "+
+		"the events since its last confirmed position are gone from the WAL: drop it (pgwake events drop-slot) and backfill from the events table (pgwake events replay)", ErrSlot, name)}
 }
