@@ -66,3 +66,33 @@ func TestStaleHandlerKeepsTheNewRunsLease(t *testing.T) {
 	require.Equal(t, "succeeded", state, lastErr)
 	require.Equal(t, 2, attempts, "the second run kept its lease to the end")
 }
+
+// A job whose lease expired is rescued by a worker of its queue that runs
+// no leased kind (the kind was taken out of LeasedKinds, or only some
+// workers list it and they died): before, only clients with leased kinds
+// rescued, and the job stayed running for ever.
+func TestExpiredLeaseRescuedByAHeldWorker(t *testing.T) {
+	t.Parallel()
+	ran := make(chan int64, 4)
+	e := newEnv(t, queue.Config{
+		Queues:  map[string]queue.QueueConfig{"default": {}},
+		Backoff: func(int) time.Duration { return time.Millisecond },
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(_ context.Context, _ pgx.Tx, j *queue.Job) error {
+			ran <- j.ID
+			return nil
+		})},
+	})
+	ids := e.enqueueIDs(queue.NewJob{Kind: "k"})
+	// As a leased claim of a worker that then died leaves it.
+	_, err := e.pool.Exec(context.Background(), `UPDATE `+e.table("jobs")+` SET state = 'running', attempts = 1,
+		leased_by = 'dead-worker', lease_expires_at = now() - interval '1 second' WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	e.run()
+	select {
+	case id := <-ran:
+		require.Equal(t, ids[0], id)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the expired lease was never rescued")
+	}
+	waitFor(t, 10*time.Second, "succeeded", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 2`, ids[0]) == 1 })
+}

@@ -363,8 +363,20 @@ func (c *Client) heartbeat(ctx context.Context) {
 	for q := range c.loops {
 		queues = append(queues, q)
 	}
+	// A client without leased kinds still rescues its queues' expired
+	// leases, at its start and then every heartbeat (leaseLoop does it
+	// every LeaseDuration/3 for the others): a kind taken out of
+	// LeasedKinds, or its only leased workers dead
+	// (TestExpiredLeaseRescuedByAHeldWorker).
+	rescue := len(c.cfg.LeasedKinds) == 0
+	if rescue {
+		c.rescueExpired(ctx, queues)
+	}
 	every(ctx, heartbeatEvery, func() {
 		c.wakeForLost(ctx)
+		if rescue {
+			c.rescueExpired(ctx, queues)
+		}
 		for _, st := range []struct {
 			what string
 			sql  string
