@@ -80,7 +80,8 @@ type Client struct {
 // connection), one per queue (its dispatcher claims and marks itself idle
 // while every slot is busy) and one for recording attempts and housekeeping.
 // Handlers that use the pool themselves (Client.Enqueue instead of EnqueueTx,
-// say) need theirs on top. The LISTEN connection is not from the pool.
+// say) need theirs on top. The LISTEN connection is not from the pool, nor
+// is the lease heartbeat's (with LeasedKinds).
 func MinPoolConns(cfg Config) int {
 	cfg = cfg.withDefaults()
 	if len(cfg.Queues) == 0 {

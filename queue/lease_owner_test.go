@@ -2,12 +2,16 @@ package queue_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -95,4 +99,62 @@ func TestExpiredLeaseRescuedByAHeldWorker(t *testing.T) {
 		t.Fatal("the expired lease was never rescued")
 	}
 	waitFor(t, 10*time.Second, "succeeded", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 2`, ids[0]) == 1 })
+}
+
+// Leased handlers that hold every pool connection (a pool of 2 with
+// AllowSmallPool, six handlers that write first and then wait on something
+// slow) do not starve the lease heartbeat, which has a connection of its
+// own: no lease of the healthy process expires, and no job runs twice at
+// once while a second client works the same queue. Before, every lease
+// expired, the second client rescued all six jobs and ran them again
+// beside the first.
+func TestLeaseHeartbeatNotStarvedByThePool(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	active := map[int64]int{}
+	var overlaps atomic.Int32
+	h := queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+		mu.Lock()
+		active[j.ID]++
+		if active[j.ID] > 1 {
+			overlaps.Add(1)
+		}
+		mu.Unlock()
+		defer func() { mu.Lock(); active[j.ID]--; mu.Unlock() }()
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil { // holds a pool connection from here on
+			return err
+		}
+		select {
+		case <-time.After(2 * time.Second):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	cfg := queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 6}},
+		LeasedKinds:    []string{"k"},
+		LeaseDuration:  500 * time.Millisecond,
+		Backoff:        func(int) time.Duration { return time.Millisecond },
+		AllowSmallPool: true,
+		Handlers:       map[string]queue.Handler{"k": h},
+	}
+	a := leasedEnv(t, "pgwake_lease_starved_a", 2, cfg)
+	ids := a.enqueueIDs(queue.NewJob{Kind: "k"}, queue.NewJob{Kind: "k"}, queue.NewJob{Kind: "k"},
+		queue.NewJob{Kind: "k"}, queue.NewJob{Kind: "k"}, queue.NewJob{Kind: "k"})
+	a.run()
+	observer := pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	count := func(where string) int {
+		var n int
+		require.NoError(t, observer.QueryRow(context.Background(), `SELECT count(*) FROM `+a.table("jobs")+` WHERE `+where).Scan(&n))
+		return n
+	}
+	waitFor(t, 10*time.Second, "two running in the first client", func() bool { return count(`state = 'running'`) >= 2 })
+	b := newEnvOn(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 20 }), a.schema, cfg)
+	b.run()
+	waitFor(t, 60*time.Second, "all done", func() bool { return count(`state = 'succeeded'`) == len(ids) })
+	var rescued int
+	require.NoError(t, observer.QueryRow(context.Background(), `SELECT count(*) FROM `+a.table("events")+` WHERE type = 'retry_scheduled'`).Scan(&rescued))
+	require.Zero(t, rescued, "no lease of the healthy client expired")
+	require.Zero(t, overlaps.Load(), "no job ran twice at once")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
 
@@ -438,15 +439,81 @@ func (c *Client) leaseLoop(ctx context.Context) {
 	for q := range c.loops {
 		queues = append(queues, q)
 	}
+	own := &leaseConn{pool: c.pool}
+	defer own.close()
 	every(ctx, c.cfg.LeaseDuration/3, func() {
-		c.extendLeases(ctx)
-		c.rescueExpired(ctx, queues)
+		var db leaseDB = c.pool
+		if conn, err := own.get(ctx); err == nil {
+			db = conn
+		} else if ctx.Err() == nil {
+			c.log.Warn("the lease heartbeat's own connection failed; using the pool", zap.Error(err))
+		}
+		if err := c.extendLeases(ctx, db); err != nil {
+			own.drop()
+		}
+		c.rescueExpired(ctx, db, queues)
 	})
 }
 
+// leaseDB is what the lease loop's statements run on: its own connection,
+// or the pool.
+type leaseDB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// leaseConn is the lease heartbeat's own connection, opened like the
+// pool's (its BeforeConnect and AfterConnect included) but outside it:
+// handlers that hold every pool connection (a small pool with
+// AllowSmallPool) must not keep the heartbeat from extending their leases,
+// or a healthy process loses them all and its jobs run twice
+// (TestLeaseHeartbeatNotStarvedByThePool).
+type leaseConn struct {
+	pool *pgxpool.Pool
+	conn *pgx.Conn
+}
+
+func (lc *leaseConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if lc.conn != nil && !lc.conn.IsClosed() {
+		return lc.conn, nil
+	}
+	pc := lc.pool.Config()
+	cc := pc.ConnConfig.Copy()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if pc.AfterConnect != nil {
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			closeConn(conn)
+			return nil, err
+		}
+	}
+	lc.conn = conn
+	return conn, nil
+}
+
+// drop closes the connection after a failed statement; the next tick opens
+// another.
+func (lc *leaseConn) drop() {
+	if lc.conn != nil {
+		closeConn(lc.conn)
+		lc.conn = nil
+	}
+}
+
+func (lc *leaseConn) close() { lc.drop() }
+
 // extendLeases extends every lease this client holds in one statement and
 // cancels the handlers of jobs that are no longer its own.
-func (c *Client) extendLeases(ctx context.Context) {
+func (c *Client) extendLeases(ctx context.Context, db leaseDB) error {
 	var ids []int64
 	runs := map[int64]*leasedRun{}
 	c.leases.Range(func(k, v any) bool {
@@ -455,10 +522,10 @@ func (c *Client) extendLeases(ctx context.Context) {
 		return true
 	})
 	if len(ids) == 0 {
-		return
+		return nil
 	}
 	began := time.Now()
-	rows, err := c.pool.Query(ctx, c.sql.extendLeases, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id)
+	rows, err := db.Query(ctx, c.sql.extendLeases, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id)
 	held := map[int64]bool{}
 	if err == nil {
 		err = collectIDs(rows, held)
@@ -467,7 +534,7 @@ func (c *Client) extendLeases(ctx context.Context) {
 		if ctx.Err() == nil {
 			c.log.Warn("extending leases failed", zap.Error(err), zap.Int("jobs", len(ids)))
 		}
-		return
+		return err
 	}
 	c.metrics.heartbeats.Inc()
 	c.metrics.heartbeatT.Observe(time.Since(began).Seconds())
@@ -476,16 +543,17 @@ func (c *Client) extendLeases(ctx context.Context) {
 			runs[id].cancel(ErrLeaseLost) // the run looked at, not one registered since
 		}
 	}
+	return nil
 }
 
 // rescueExpired records the attempts of expired leases on queues as failed
 // (retry with backoff, or failed for good), up to 100 per call.
-func (c *Client) rescueExpired(ctx context.Context, queues []string) {
+func (c *Client) rescueExpired(ctx context.Context, db leaseDB, queues []string) {
 	type expired struct {
 		job Job
 	}
 	var found []expired
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, c.sql.expiredLeases, queues)
 		if err != nil {
 			return err

@@ -370,12 +370,12 @@ func (c *Client) heartbeat(ctx context.Context) {
 	// (TestExpiredLeaseRescuedByAHeldWorker).
 	rescue := len(c.cfg.LeasedKinds) == 0
 	if rescue {
-		c.rescueExpired(ctx, queues)
+		c.rescueExpired(ctx, c.pool, queues)
 	}
 	every(ctx, heartbeatEvery, func() {
 		c.wakeForLost(ctx)
 		if rescue {
-			c.rescueExpired(ctx, queues)
+			c.rescueExpired(ctx, c.pool, queues)
 		}
 		for _, st := range []struct {
 			what string

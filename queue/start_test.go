@@ -312,7 +312,7 @@ func TestStartCutShortKeepsItsConnections(t *testing.T) {
 	// "SKIP LOCKED" is in the held claims. The warm-up began four
 	// connections (warmParallel) before its deadline, and their statements
 	// ran to the end.
-	ready, _ := connsWithPrepared(t, e, `statement LIKE '%SKIP LOCKED%'`)
+	ready, _ := connsWithPrepared(t, e, heldClaimPrepared)
 	began := 0
 	for _, pid := range pids {
 		if slices.Contains(ready, pid) {
@@ -399,8 +399,7 @@ func TestStartWarmsFourConnectionsAtATime(t *testing.T) {
 	<-sampled
 	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
 	require.Equal(t, int32(4), most.Load(), "connections waiting at once")
-	// "SKIP LOCKED" is in the held claims.
-	ready, _ := connsWithPrepared(t, e, `statement LIKE '%SKIP LOCKED%'`)
+	ready, _ := connsWithPrepared(t, e, heldClaimPrepared)
 	require.Len(t, ready, 4, "connections the warm-up readied")
 }
 
@@ -429,7 +428,7 @@ func TestStartReadiesTheConnectionsItOpens(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx))
 	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
 	// "SKIP LOCKED" is in the held claims.
-	ready, conns := connsWithPrepared(t, e, `statement LIKE '%SKIP LOCKED%'`)
+	ready, conns := connsWithPrepared(t, e, heldClaimPrepared)
 	require.GreaterOrEqual(t, conns, 2, "connections: the one before Start and those it began")
 	require.Len(t, ready, conns, "connections with the claim prepared")
 }
@@ -474,3 +473,8 @@ func TestStopFromAHandler(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending'`, r2.ID))
 }
+
+// heldClaimPrepared selects the held claims among a connection's prepared
+// statements: "SKIP LOCKED" is in them, and in the rescue of expired leases,
+// which a client without leased kinds runs at its start.
+const heldClaimPrepared = `statement LIKE '%SKIP LOCKED%' AND statement NOT LIKE '%lease_expires_at < clock_timestamp()%'`

@@ -382,29 +382,7 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		es := Summarize(enqLat)
 		res.Extra["enqueue_p50_ms"], res.Extra["enqueue_p99_ms"] = es.P50, es.P99
 		res.Duplicates, res.Missing = rec.tally()
-		var lat, fromCall []float64
-		for i := range n {
-			c := commits[i].Load()
-			s, ok := rec.startedAt(i)
-			if c == 0 || !ok {
-				continue
-			}
-			lat = append(lat, ms(s-time.Duration(c)))
-			fromCall = append(fromCall, ms(s-time.Duration(calls[i].Load())))
-			if i == 0 {
-				// The first job after the workers started: what a start
-				// left unprepared shows here.
-				res.Extra["first_ms"] = lat[0]
-			}
-		}
-		// From the producer's call to the handler's start: what the
-		// producer's own commit costs counts too.
-		cs := Summarize(fromCall)
-		res.Extra["from_call_p50_ms"], res.Extra["from_call_p99_ms"] = cs.P50, cs.P99
-		st := Summarize(lat)
-		res.withStats(st)
-		res.Samples = lat
-		res.Extra["min_ms"] = st.Min
+		latencies(&res, rec, calls, commits)
 		res.JobsPerSec = float64(n) / produced.Seconds()
 		if perr != nil {
 			return perr
@@ -415,6 +393,35 @@ func (rn *runner) latency(ctx context.Context, mode Mode, rate float64, d time.D
 		return ctx.Err()
 	})
 	return res, err
+}
+
+// latencies sets res's latency statistics and samples (enqueue commit to
+// handler start), first_ms, min_ms and the from-call percentiles (the
+// producer's call to handler start).
+func latencies(res *Result, rec *recorder, calls, commits []atomic.Int64) {
+	var lat, fromCall []float64
+	for i := range commits {
+		c := commits[i].Load()
+		s, ok := rec.startedAt(i)
+		if c == 0 || !ok {
+			continue
+		}
+		lat = append(lat, ms(s-time.Duration(c)))
+		fromCall = append(fromCall, ms(s-time.Duration(calls[i].Load())))
+		if i == 0 {
+			// The first job after the workers started: what a start
+			// left unprepared shows here.
+			res.Extra["first_ms"] = lat[0]
+		}
+	}
+	// From the producer's call to the handler's start: what the
+	// producer's own commit costs counts too.
+	cs := Summarize(fromCall)
+	res.Extra["from_call_p50_ms"], res.Extra["from_call_p99_ms"] = cs.P50, cs.P99
+	st := Summarize(lat)
+	res.withStats(st)
+	res.Samples = lat
+	res.Extra["min_ms"] = st.Min
 }
 
 // poolStats adds to extra what the shared pool's acquires cost between two
