@@ -364,7 +364,11 @@ func (c *Client) Cancel(ctx context.Context, id int64) error {
 // CancelTx is Cancel in the caller's transaction. From a handler, on its
 // own transaction, it cancels a job of the same batch without waiting (the
 // job is skipped) or the handler's own job (which then ends cancelled, not
-// succeeded).
+// succeeded). Unlike Cancel it does not tell a running handler to stop
+// (that notification would outlive a rollback of tx): a held job whose
+// handler runs is locked by its claim transaction, so CancelTx waits for
+// the attempt to end and then cancels only if the job is still pending
+// (ErrNotFound after a success). To stop a running job, use Cancel.
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	rows, err := tx.Query(ctx, c.sql.cancel, []int64{id})
 	if err != nil {
