@@ -56,7 +56,8 @@ forward    a long-running forwarder to NATS JetStream (--to nats://...) or
            accepts it goes there, logged with its id; a broker outage
            refuses both and is retried. NATS: the JetStream stream
            --nats-stream (default PGWAKE_EVENTS) is created for <topic> and
-           <topic>.>. RabbitMQ: a durable fanout exchange per topic.
+           <topic>.>, or an existing one gets them added. RabbitMQ: a
+           durable fanout exchange per topic.
 replay     events from the table in id order, from --after-id and/or --since
            (RFC 3339 time, or a duration meaning that long ago).
 verify     rebuild every job's state from the events and compare it with the

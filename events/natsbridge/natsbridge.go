@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,13 +107,31 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 }
 
 // EnsureStream creates the JetStream stream with subjects unless a stream of
-// that name exists.
+// that name exists; an existing one that does not capture every subject
+// (exactly or through a wildcard) gets the missing ones added, or the
+// error says why it could not (a stream made earlier for other topics:
+// every Publish to them would fail with "no responders";
+// TestEnsureStreamAddsMissingSubjects).
 func EnsureStream(nc *nats.Conn, stream string, subjects []string) error {
 	js, err := nc.JetStream()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoJetStream, err)
 	}
-	if _, err := js.StreamInfo(stream); err == nil {
+	if info, err := js.StreamInfo(stream); err == nil {
+		var missing []string
+		for _, subj := range subjects {
+			if !slices.ContainsFunc(info.Config.Subjects, func(p string) bool { return subjectMatches(p, subj) }) {
+				missing = append(missing, subj)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		cfg := info.Config
+		cfg.Subjects = append(slices.Clone(cfg.Subjects), missing...)
+		if _, err := js.UpdateStream(&cfg); err != nil {
+			return fmt.Errorf("natsbridge: stream %s captures %v, not %v, and adding them failed: %w", stream, info.Config.Subjects, missing, err)
+		}
 		return nil
 	} else if errors.Is(err, nats.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrJetStreamNotEnabledForAccount) {
 		return fmt.Errorf("%w on %s: start nats-server with -js", ErrNoJetStream, nc.ConnectedUrlRedacted())
@@ -123,6 +142,23 @@ func EnsureStream(nc *nats.Conn, stream string, subjects []string) error {
 		return fmt.Errorf("natsbridge: creating stream %s for %v: %w", stream, subjects, err)
 	}
 	return nil
+}
+
+// subjectMatches reports whether NATS subject pattern p (tokens split by
+// '.', '*' one token, '>' one or more trailing tokens) matches subj.
+func subjectMatches(p, subj string) bool {
+	pt, st := strings.Split(p, "."), strings.Split(subj, ".")
+	for i, tok := range pt {
+		switch {
+		case tok == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case tok != "*" && tok != st[i]:
+			return false
+		}
+	}
+	return len(pt) == len(st)
 }
 
 // asyncPublisher sends a Publish call's messages without waiting, then

@@ -205,3 +205,38 @@ func TestPublishersOrderAndDeduplicate(t *testing.T) {
 		require.NoError(t, pub.Close())
 	}
 }
+
+// EnsureStream on a stream that exists but does not capture the subjects
+// asked for (one made earlier for another topic) adds the missing ones, so
+// publishing to them is stored instead of failing with "no responders"; a
+// subject a wildcard already captures is not added again.
+func TestEnsureStreamAddsMissingSubjects(t *testing.T) {
+	t.Parallel()
+	natstest.KeepJetStream(t)
+	prefix := "pgwake_test_" + randomName()
+	stream := strings.ToUpper(prefix)
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = js.DeleteStream(stream)
+		nc.Close()
+	})
+	_, err = js.AddStream(&nats.StreamConfig{Name: stream, Subjects: []string{prefix + ".events"}})
+	require.NoError(t, err)
+
+	require.NoError(t, natsbridge.EnsureStream(nc, stream, []string{prefix + ".orders", prefix + ".orders._dead_letter"}))
+	info, err := js.StreamInfo(stream)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{prefix + ".events", prefix + ".orders", prefix + ".orders._dead_letter"}, info.Config.Subjects)
+	_, err = js.Publish(prefix+".orders", []byte("x"))
+	require.NoError(t, err, "stored in the stream")
+
+	_, err = js.UpdateStream(&nats.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}})
+	require.NoError(t, err)
+	require.NoError(t, natsbridge.EnsureStream(nc, stream, []string{prefix + ".a.b", prefix + ".c"}))
+	info, err = js.StreamInfo(stream)
+	require.NoError(t, err)
+	require.Equal(t, []string{prefix + ".>"}, info.Config.Subjects, "captured by the wildcard already")
+}
