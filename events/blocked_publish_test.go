@@ -48,3 +48,25 @@ func TestRunReturnsWhilePublishBlocks(t *testing.T) {
 		t.Fatal("Run did not return within 15 s of its stop while Publish blocked")
 	}
 }
+
+// A stream with TemporarySlot named like an existing persistent slot fails
+// at once with a permanent ErrSlot: before, it retried the creation for
+// ever. (A temporary slot of its own previous session is still retried.)
+func TestTemporarySlotNameTaken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ps := events.NewGoChannel(nil)
+	t.Cleanup(func() { _ = ps.Close() })
+	_, stop := e.RunStream(e.Config(ps))
+	stop() // the persistent slot stays, inactive
+	cfg := e.Config(ps)
+	cfg.TemporarySlot = true
+	s, err := events.New(e.Pool, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
+	require.True(t, events.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, events.ErrSlot)
+	require.NoError(t, ctx.Err(), "failed at once, not at the deadline")
+}

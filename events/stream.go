@@ -382,6 +382,15 @@ func (s *Stream) ensureSlot(ctx context.Context, conn *pgconn.PgConn) (pglogrepl
 	}
 	if s.cfg.TemporarySlot {
 		lsn, err := create(true)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+			// A temporary slot of a session that has not ended yet is
+			// retried; a persistent slot of that name never goes away
+			// (TestTemporarySlotNameTaken).
+			if info, ierr := slotInfo(ctx, s.pool, s.cfg.Slot); ierr == nil && info != nil && !info.Temporary {
+				return 0, PermanentError{fmt.Errorf("%w: slot %q exists and is not temporary; a stream with TemporarySlot needs a name of its own", ErrSlot, s.cfg.Slot)}
+			}
+		}
 		if err != nil {
 			return 0, classify(fmt.Errorf("events: creating temporary slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
 		}
