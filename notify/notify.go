@@ -68,6 +68,9 @@ type Listener struct {
 	mu        sync.Mutex
 	subs      map[string]map[*subscription]struct{}
 	listening map[string]bool // channels LISTENed on the current connection
+	// fresh are subscriptions not yet sent their Resync: one whose channel
+	// another subscription already listens on gets it at the next sync.
+	fresh map[*subscription]struct{}
 	changed   chan struct{}   // poked when subscriptions change, interrupts the wait
 	connected bool
 
@@ -117,6 +120,7 @@ func New(cfg Config) (*Listener, error) {
 		log:       cfg.Logger.Named("listener"),
 		subs:      map[string]map[*subscription]struct{}{},
 		listening: map[string]bool{},
+		fresh:     map[*subscription]struct{}{},
 		changed:   make(chan struct{}, 1),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgwake_notify_notifications_total",
@@ -148,7 +152,8 @@ func ValidateChannel(channel string) error {
 
 // Subscribe registers fn for notifications on channel and returns a function
 // that removes it. If the listener is connected, fn soon receives a Resync
-// event once the channel is LISTENed on.
+// event once the channel is LISTENed on, also when another subscription
+// already listens on it (TestSecondSubscriberGetsItsResync).
 func (l *Listener) Subscribe(channel string, fn Func) (unsubscribe func(), err error) {
 	if err := ValidateChannel(channel); err != nil {
 		return nil, err
@@ -162,6 +167,7 @@ func (l *Listener) Subscribe(channel string, fn Func) (unsubscribe func(), err e
 		l.subs[channel] = map[*subscription]struct{}{}
 	}
 	l.subs[channel][s] = struct{}{}
+	l.fresh[s] = struct{}{}
 	l.mu.Unlock()
 	l.poke()
 	var once sync.Once
@@ -169,6 +175,7 @@ func (l *Listener) Subscribe(channel string, fn Func) (unsubscribe func(), err e
 		once.Do(func() {
 			l.mu.Lock()
 			delete(l.subs[channel], s)
+			delete(l.fresh, s)
 			if len(l.subs[channel]) == 0 {
 				delete(l.subs, channel)
 			}
@@ -275,6 +282,15 @@ func (l *Listener) sync(ctx context.Context, conn *pgx.Conn) ([]*subscription, e
 	for _, ch := range add {
 		for s := range l.subs[ch] {
 			resync = append(resync, s)
+			delete(l.fresh, s)
+		}
+	}
+	// New subscriptions to a channel already listened on
+	// (TestSecondSubscriberGetsItsResync).
+	for s := range l.fresh {
+		if l.listening[s.channel] {
+			resync = append(resync, s)
+			delete(l.fresh, s)
 		}
 	}
 	return resync, nil
