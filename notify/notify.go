@@ -70,8 +70,8 @@ type Listener struct {
 	listening map[string]bool // channels LISTENed on the current connection
 	// fresh are subscriptions not yet sent their Resync: one whose channel
 	// another subscription already listens on gets it at the next sync.
-	fresh map[*subscription]struct{}
-	changed   chan struct{}   // poked when subscriptions change, interrupts the wait
+	fresh     map[*subscription]struct{}
+	changed   chan struct{} // poked when subscriptions change, interrupts the wait
 	connected bool
 
 	received   *prometheus.CounterVec
