@@ -49,3 +49,24 @@ func TestPlanSlots(t *testing.T) {
 	require.Equal(t, 9, p.skipped)
 	require.Equal(t, 29*time.Second, planSlots(cron, ptr(base.Add(10*time.Minute)), base.Add(10*time.Minute+30*time.Second), false).wait)
 }
+
+// A schedule in a zone with daylight saving time follows the wall clock
+// (robfig/cron's behaviour): a local time the spring change skips does not
+// run that day, and one the autumn change repeats runs twice. docs/periodic.md
+// says so.
+func TestPeriodicSlotsAcrossDST(t *testing.T) {
+	s, err := parseSchedule("CRON_TZ=Europe/Paris 30 2 * * *")
+	require.NoError(t, err)
+	slots := func(from string, hours int) int {
+		at, err := time.Parse(time.RFC3339, from)
+		require.NoError(t, err)
+		end, n := at.Add(time.Duration(hours)*time.Hour), 0
+		for next := s.next(at); !next.IsZero() && !next.After(end); next = s.next(next) {
+			n++
+		}
+		return n
+	}
+	require.Equal(t, 3, slots("2026-03-01T00:00:00Z", 72), "three ordinary days")
+	require.Equal(t, 2, slots("2026-03-28T00:00:00Z", 72), "02:30 does not exist on 29 March in Paris")
+	require.Equal(t, 4, slots("2026-10-24T00:00:00Z", 72), "02:30 happens twice on 25 October in Paris")
+}
