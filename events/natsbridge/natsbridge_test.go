@@ -43,14 +43,7 @@ func TestStreamToJetStreamInCommitOrder(t *testing.T) {
 	natstest.KeepJetStream(t)
 	pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".>"}})
 	require.NoError(t, err)
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err)
-	js, err := nc.JetStream()
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = js.DeleteStream(stream)
-		nc.Close()
-	})
+	_, js := jetStream(t, stream)
 
 	cfg := e.Config(pub)
 	cfg.Topic = events.TopicPerQueue(prefix) // one subject per queue
@@ -215,15 +208,8 @@ func TestEnsureStreamAddsMissingSubjects(t *testing.T) {
 	natstest.KeepJetStream(t)
 	prefix := "pgwake_test_" + randomName()
 	stream := strings.ToUpper(prefix)
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err)
-	js, err := nc.JetStream()
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = js.DeleteStream(stream)
-		nc.Close()
-	})
-	_, err = js.AddStream(&nats.StreamConfig{Name: stream, Subjects: []string{prefix + ".events"}})
+	nc, js := jetStream(t, stream)
+	_, err := js.AddStream(&nats.StreamConfig{Name: stream, Subjects: []string{prefix + ".events"}})
 	require.NoError(t, err)
 
 	require.NoError(t, natsbridge.EnsureStream(nc, stream, []string{prefix + ".orders", prefix + ".orders._dead_letter"}))
@@ -239,4 +225,19 @@ func TestEnsureStreamAddsMissingSubjects(t *testing.T) {
 	info, err = js.StreamInfo(stream)
 	require.NoError(t, err)
 	require.Equal(t, []string{prefix + ".>"}, info.Config.Subjects, "captured by the wildcard already")
+}
+
+// jetStream connects to the test NATS server and deletes stream when the
+// test ends.
+func jetStream(t *testing.T, stream string) (*nats.Conn, nats.JetStreamContext) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = js.DeleteStream(stream)
+		nc.Close()
+	})
+	return nc, js
 }
