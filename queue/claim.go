@@ -42,6 +42,10 @@ type batch struct {
 	// freeSlot gives the dispatcher's slot back once (nil: no slot), so
 	// that the next claim overlaps this batch's commit.
 	freeSlot func()
+	// pid is the claim transaction's backend (0 without one): a stop
+	// notification is obeyed only while a session waits for a job row it
+	// holds (stopConfirmed).
+	pid uint32
 	// discard: release closes the connection instead of returning it to
 	// the pool: a statement on it failed because the server no longer has
 	// it (staleStatement), or a handler changed a session setting
@@ -190,6 +194,9 @@ func batchOf(ctx context.Context) *batch {
 // track registers the batch's jobs for Cancel.
 func (c *Client) track(b *batch) {
 	b.done = make(chan struct{})
+	if b.conn != nil {
+		b.pid = b.conn.Conn().PgConn().PID()
+	}
 	for _, cj := range b.jobs {
 		c.claimed.Store(cj.job.ID, b)
 	}

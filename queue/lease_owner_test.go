@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,4 +158,56 @@ func TestLeaseHeartbeatNotStarvedByThePool(t *testing.T) {
 	require.NoError(t, observer.QueryRow(context.Background(), `SELECT count(*) FROM `+a.table("events")+` WHERE type = 'retry_scheduled'`).Scan(&rescued))
 	require.Zero(t, rescued, "no lease of the healthy client expired")
 	require.Zero(t, overlaps.Load(), "no job ran twice at once")
+}
+
+// NOTIFY needs no privilege, so any role that can connect can send the
+// control payloads workers listen for. They are hints now: a stop of a
+// held job is obeyed only when a session waits for the job's row (Cancel's
+// UPDATE), a leased job's cancel only when its row is no longer running
+// under the worker's lease, and pause and resume make the worker read the
+// paused queues. Before, a stray '!stop|<id>' ended a running job
+// cancelled, '!cancel|<id>' cost a leased job an attempt (its handler ran
+// twice), and '!resume|<queue>' ran a paused queue's jobs.
+func TestSpoofedControlsAreIgnored(t *testing.T) {
+	t.Parallel()
+	slow := queue.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ *queue.Job) error {
+		select {
+		case <-time.After(1500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	e := leasedEnv(t, "pgwake_spoofed_controls", 30, queue.Config{
+		Queues:      map[string]queue.QueueConfig{"default": {}, "paused": {}},
+		LeasedKinds: []string{"leased"},
+		Handlers:    map[string]queue.Handler{"held": slow, "leased": slow, "k": slow},
+	})
+	ctx := context.Background()
+	require.NoError(t, e.c.PauseQueue(ctx, "paused"))
+	e.run()
+	spoof := func(payload string) {
+		_, err := e.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, queue.WakeChannel(e.schema), payload)
+		require.NoError(t, err)
+	}
+	ids := e.enqueueIDs(queue.NewJob{Kind: "held"}, queue.NewJob{Kind: "leased"})
+	waitFor(t, 10*time.Second, "the leased job runs", func() bool { return e.count(`id = $1 AND state = 'running'`, ids[1]) == 1 })
+	time.Sleep(200 * time.Millisecond) // and the held one's handler, which has no running state to wait for
+	spoof(fmt.Sprintf("!stop|%d", ids[0]))
+	spoof(fmt.Sprintf("!cancel|%d", ids[1]))
+	paused := e.enqueueIDs(queue.NewJob{Kind: "k", Queue: "paused"})
+	spoof("!resume|paused")
+	waitFor(t, 15*time.Second, "both ran to the end", func() bool {
+		return e.count(`id = ANY($1) AND state = 'succeeded' AND attempts = 1`, ids) == 2
+	})
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'pending'`, paused[0]), "the paused queue still waits")
+
+	// The real controls still work: Cancel stops a running held job, and
+	// a resume runs the paused queue.
+	more := e.enqueueIDs(queue.NewJob{Kind: "held"})
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, e.c.Cancel(ctx, more[0]))
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled'`, more[0]))
+	require.NoError(t, e.c.ResumeQueue(ctx, "paused"))
+	waitFor(t, 10*time.Second, "the resumed queue ran", func() bool { return e.count(`id = $1 AND state = 'succeeded'`, paused[0]) == 1 })
 }

@@ -55,7 +55,7 @@ func (c *Client) onCancelNotify(payload string) {
 	if rest, ok := strings.CutPrefix(payload, stopPrefix); ok {
 		if id, err := strconv.ParseInt(rest, 10, 64); err == nil {
 			if b := c.claimedBatch(id); b != nil {
-				b.stopJob(id)
+				go c.stopIfConfirmed(b, id)
 			}
 		}
 		return
@@ -64,6 +64,61 @@ func (c *Client) onCancelNotify(payload string) {
 	if err != nil {
 		return
 	}
+	// NOTIFY needs no privilege: any role that can connect could send
+	// this. A real cancel committed before its notification was sent, so
+	// the row says so; a job still running under our lease was not
+	// cancelled (TestSpoofedControlsAreIgnored). Off the listener's
+	// goroutine: one read.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var ours bool
+		err := c.pool.QueryRow(ctx, c.sql.leaseHeld, id, c.id).Scan(&ours)
+		if err == nil && ours {
+			c.log.Warn("ignored a cancel notification for a job still running under this worker's lease (not sent by a cancel)", zap.Int64("job_id", id))
+			return
+		}
+		c.applyCancel(id)
+	}()
+}
+
+// stopWait bounds how long a stop notification waits for the Cancel that
+// sent it to queue for the job's row (it sends before its UPDATE).
+const stopWait = 3 * time.Second
+
+// stopIfConfirmed stops held job id of b once a session waits for a lock
+// on a jobs row that b's claim transaction holds: Cancel's UPDATE, queued
+// behind the claim, right after its notification. NOTIFY needs no
+// privilege, but locking a job row needs a role that may change jobs (or a
+// cancel function it may call): a notification nobody follows with that
+// wait is ignored (TestSpoofedControlsAreIgnored).
+func (c *Client) stopIfConfirmed(b *batch, id int64) {
+	if b.pid == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	for {
+		var waited bool
+		err := c.pool.QueryRow(ctx, c.sql.rowWaiter, b.pid).Scan(&waited)
+		if err == nil && waited {
+			b.stopJob(id)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.log.Warn("ignored a stop notification no cancel followed (not sent by Cancel?)", zap.Int64("job_id", id))
+			return
+		case <-b.done:
+			return // the attempt ended meanwhile; Cancel goes on by itself
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// applyCancel cancels the handler of leased job id if it runs here, or
+// keeps the cancel for a run about to register (earlyCancelsKept).
+func (c *Client) applyCancel(id int64) {
 	c.early.mu.Lock()
 	defer c.early.mu.Unlock()
 	if v, ok := c.leases.Load(id); ok {

@@ -114,13 +114,18 @@ func (p *pauseState) isPaused() bool {
 	return p.paused
 }
 
-// onPauseNotify applies a pause or resume notification to the loop of its
-// queue. It runs on the listener's goroutine and never blocks.
+// onPauseNotify answers a pause or resume notification by reading the
+// paused queues again, not by trusting it: NOTIFY needs no privilege, so
+// any role that can connect could send one (TestSpoofedControlsAreIgnored).
+// It runs on the listener's goroutine and never blocks.
 func (c *Client) onPauseNotify(payload string) {
-	paused := strings.HasPrefix(payload, pausePrefix)
 	q := strings.TrimPrefix(strings.TrimPrefix(payload, pausePrefix), resumePrefix)
-	if l, ok := c.loops[q]; ok {
-		l.setPaused(paused, true, 0)
+	if _, ok := c.loops[q]; !ok {
+		return
+	}
+	select {
+	case c.pauseResync <- struct{}{}:
+	default: // a read is due already
 	}
 }
 

@@ -95,6 +95,10 @@ type statements struct {
 	// succeedLeased marks job $1 (attempts $2) succeeded if client $3 still
 	// holds its lease. Rows: its id.
 	succeedLeased string
+	// leaseHeld: whether job $1 runs under client $2's lease.
+	leaseHeld string
+	// rowWaiter: whether a session waits for a jobs row backend $1 locked.
+	rowWaiter string
 	// failLeased records the failed leased attempt of job $1 (attempts $2,
 	// already counted): error $3, state $4, retry after $5 µs, channel $6,
 	// owner $7 ('' : an expired lease, rescued). Rows as fail.
@@ -321,6 +325,11 @@ WITH j AS (
 	SELECT id, 'started', queue, kind, attempts FROM j ORDER BY id
 )
 SELECT id FROM j`
+	// A session holding a tuple lock on jobs while it waits for backend
+	// $1: an UPDATE of a row that backend's transaction locked.
+	s.rowWaiter = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.locktype = 'tuple' AND l.granted
+	AND l.relation = '` + jobs + `'::pg_catalog.regclass AND $1::int = ANY (pg_catalog.pg_blocking_pids(l.pid)))`
+	s.leaseHeld = `SELECT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE id = $1 AND ` + stateIs("state", "running") + ` AND leased_by = $2::text)`
 	s.extendLeases = `
 UPDATE ` + jobs + ` SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
 WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
