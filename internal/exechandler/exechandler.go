@@ -153,23 +153,23 @@ func (h *Handler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
 		default:
 		}
 		// Stop the whole group, sh and whatever it started: SIGTERM, and
-		// SIGKILL for what is still running after the grace period.
+		// SIGKILL for what is still running after the grace period. The
+		// group is watched, not sh: a child that ignores SIGTERM outlives
+		// sh's exit and is killed too (TestExecKillsTheGroupNotJustTheShell).
 		how := "killed"
 		if h.Grace > 0 {
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
-			select {
-			case <-waitDone:
+			if groupExits(pid, h.Grace) {
 				how = "terminated"
-			case <-time.After(h.Grace):
 			}
 		}
 		if how == "killed" {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			select {
-			case <-waitDone:
-			case <-time.After(5 * time.Second):
-				// Something outside the group holds the pipes; give up on it.
-			}
+		}
+		select {
+		case <-waitDone:
+		case <-time.After(5 * time.Second):
+			// Something outside the group holds the pipes; give up on it.
 		}
 		cause := context.Cause(ctx)
 		if cause == nil {
@@ -179,6 +179,21 @@ func (h *Handler) Handle(ctx context.Context, _ pgx.Tx, job *queue.Job) error {
 	}
 	out.flush()
 	return h.outcome(h.result(err, tail), ctl)
+}
+
+// groupExits reports whether every process of process group pgid is gone
+// within d (sh is reaped by its Wait as it exits).
+func groupExits(pgid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // controlPrefix starts a control line: a line of the command's stdout that

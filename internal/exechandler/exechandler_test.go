@@ -3,7 +3,13 @@ package exechandler
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,4 +102,43 @@ func TestParseControl(t *testing.T) {
 	} {
 		require.Equal(t, want, parseControl(line), line)
 	}
+}
+
+// A command stopped by its timeout loses every process of its group, also
+// a child that ignores SIGTERM and outlives sh: SIGKILL follows the grace
+// whether or not sh is gone. Before, sh's exit counted as the group's, and
+// the child ran on (here it would sleep 60 s).
+func TestExecKillsTheGroupNotJustTheShell(t *testing.T) {
+	for _, redirect := range []string{"", " >/dev/null 2>&1"} {
+		dir := t.TempDir()
+		pidFile := filepath.Join(dir, "pid")
+		cmd := fmt.Sprintf(`sh -c 'trap "" TERM; exec sleep 60'%s & echo $! > %s; wait`, redirect, pidFile)
+		var out bytes.Buffer
+		h := &Handler{Command: cmd, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Procs: NewProcGroups(), Grace: 300 * time.Millisecond}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := h.Handle(ctx, nil, &queue.Job{ID: 1, Kind: "k", Queue: "q", Attempt: 1, MaxAttempts: 1})
+		cancel()
+		require.ErrorContains(t, err, "command killed", "the child ignored SIGTERM")
+		b, rerr := os.ReadFile(pidFile)
+		require.NoError(t, rerr)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, perr)
+		require.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 20*time.Millisecond,
+			"the child %d that ignored SIGTERM is gone (redirect %q)", pid, redirect)
+	}
+}
+
+// processGone reports whether pid no longer runs (gone, or a zombie no one
+// has reaped yet).
+func processGone(pid int) bool {
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // "pid (comm) STATE ...": comm may hold spaces
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
