@@ -255,6 +255,16 @@ func (c *Client) JobEvents(ctx context.Context, id int64) ([]EventInfo, error) {
 	return c.queryEvents(ctx, fmt.Sprintf("events of job %d", id), c.sql.read.jobEvents, id)
 }
 
+// JobEventsTail returns the newest n (1 to MaxJobListLimit) events of job
+// id, oldest first: a bounded read of a history that snoozes and retries
+// can make long (the dashboard's job page; TestJobPageShowsTheNewestEvents).
+func (c *Client) JobEventsTail(ctx context.Context, id int64, n int) ([]EventInfo, error) {
+	if n < 1 || n > MaxJobListLimit {
+		return nil, &FilterError{Field: "n", Reason: fmt.Sprintf("%d is outside 1..%d", n, MaxJobListLimit)}
+	}
+	return c.queryEvents(ctx, fmt.Sprintf("events of job %d", id), c.sql.read.jobEventsTail, id, n)
+}
+
 // EventsAfter returns up to limit (1 to MaxJobListLimit) events with an id
 // above afterID, in id order. Event ids are taken at insert and commit in
 // any order: an event with a lower id than one already returned may still

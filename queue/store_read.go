@@ -15,6 +15,8 @@ type readStatements struct {
 	jobList string
 	// jobEvents is job $1's events in id order. Rows: eventCols.
 	jobEvents string
+	// jobEventsTail is job $1's newest $2 events in id order.
+	jobEventsTail string
 	// eventsAfter is up to $2 events with id above $1, in id order. Rows:
 	// eventCols.
 	eventsAfter string
@@ -90,7 +92,9 @@ WHERE ($1::text = '' OR state = $1::text) AND ($2::text = '' OR queue = $2::text
 	AND ($6::text = '' OR pg_catalog.strpos(pg_catalog.lower(coalesce(last_error, '')), pg_catalog.lower($6::text)) > 0)
 	AND ($7::bigint = 0 OR id < $7::bigint) AND ($9::jsonb IS NULL OR payload @> $9::jsonb)
 ORDER BY id DESC LIMIT $8::int`,
-		jobEvents:   `SELECT ` + eventCols + ` FROM ` + events + ` WHERE job_id = $1::bigint ORDER BY id`,
+		jobEvents: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE job_id = $1::bigint ORDER BY id`,
+		jobEventsTail: `SELECT ` + eventCols + ` FROM (SELECT ` + eventCols + ` FROM ` + events + `
+	WHERE job_id = $1::bigint ORDER BY id DESC LIMIT $2::int) e ORDER BY id`,
 		eventsAfter: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
 		eventsByID:  `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
 		lastEventID: `SELECT coalesce(max(id), 0) FROM ` + events,

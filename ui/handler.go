@@ -271,7 +271,13 @@ type jobData struct {
 	CanCancel  bool
 	LastEvent  int64
 	PayloadCap int
+	Older      bool // older events than those shown may exist (jobPageEvents)
 }
+
+// jobPageEvents is how many of a job's newest events its page shows: a job
+// that snoozed or retried thousands of times made a page of every event
+// (85 MB for 20,000 events with their errors).
+const jobPageEvents = 500
 
 type eventView struct {
 	queue.EventInfo
@@ -293,7 +299,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusServiceUnavailable, "cannot read the job: "+err.Error())
 		return
 	}
-	evs, err := h.client.JobEvents(ctx, id)
+	evs, err := h.client.JobEventsTail(ctx, id, jobPageEvents)
 	if err != nil {
 		h.fail(w, http.StatusServiceUnavailable, "cannot read the job's events: "+err.Error())
 		return
@@ -325,6 +331,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 		d.Events = append(d.Events, v)
 		d.LastEvent = e.ID
 	}
+	d.Older = len(evs) == jobPageEvents
 	d.CanRetry = !deleted && j.State == queue.StateFailed
 	d.CanCancel = !deleted && (j.State == queue.StatePending || j.State == queue.StateRunning)
 	h.renderAfter(w, http.StatusOK, "job.html", "Job "+strconv.FormatInt(id, 10), d, after)

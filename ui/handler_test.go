@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
@@ -485,4 +486,28 @@ func TestSucceededLastMinuteCountedByTheFeed(t *testing.T) {
 	succeeded("done", 8)
 	succeeded("only", 2)
 	counts(map[string]int64{"done": 8, "only": 2})
+}
+
+// A job's page shows its newest 500 events and says older ones exist: a
+// job that snoozed or retried thousands of times made a page of every
+// event, read and rendered at once (85 MB for 20,000 events with errors).
+func TestJobPageShowsTheNewestEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	_, err = b.client.Pool().Exec(ctx, `INSERT INTO `+sqlident.Quote(b.schema, "events")+` (job_id, type, queue, kind, attempt, data)
+		SELECT $1, 'snoozed', 'default', 'k', 0, '{"run_after": "2030-01-01T00:00:00Z"}' FROM generate_series(1, 600)`, r.ID)
+	require.NoError(t, err)
+	code, body := get(t, nil, b.url+"/jobs/"+strconv.FormatInt(r.ID, 10))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 500, strings.Count(body, `<tr data-event-id=`))
+	require.Contains(t, body, `id="older-events"`)
+	var newest int64
+	require.NoError(t, b.client.Pool().QueryRow(ctx, `SELECT max(id) FROM `+sqlident.Quote(b.schema, "events")).Scan(&newest))
+	require.Contains(t, body, `<tr data-event-id="`+strconv.FormatInt(newest, 10)+`"`, "the newest is shown")
+	_, err = b.client.JobEventsTail(ctx, r.ID, 0)
+	var fe *queue.FilterError
+	require.ErrorAs(t, err, &fe)
 }
