@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -59,6 +60,7 @@ func New(cfg Config) (*Handler, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
+		"cut": cutText,
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -323,7 +325,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 			if json.Unmarshal(e.Data, &m) == nil && m.Error != "" {
 				v.Error = m.Error
 				if len(v.Error) > 16<<10 {
-					v.Error = v.Error[:16<<10] + "\n…(truncated)"
+					v.Error = cutText(v.Error, 16<<10) + "\n(truncated)"
 				}
 				d.Errors = append(d.Errors, v)
 			}
@@ -348,7 +350,11 @@ func pretty(raw []byte, limit int) (string, bool) {
 		buf.Write(raw)
 	}
 	if buf.Len() > limit {
-		return buf.String()[:limit], true
+		s, n := buf.String(), limit
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // not in the middle of a character
+		}
+		return s[:n], true
 	}
 	return buf.String(), false
 }
@@ -474,4 +480,17 @@ func (h *Handler) Started() <-chan struct{} { return h.hub.start }
 func (h *Handler) Reads() FeedReads {
 	s, e := h.hub.counts()
 	return FeedReads{QueueStats: s, EventLog: e}
+}
+
+// cutText is s cut to at most n bytes at a character boundary, with "…"
+// when cut: a page served as UTF-8 never holds half a character
+// (TestCutTextKeepsCharacters).
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
