@@ -130,6 +130,14 @@ func render(sql, schema string) string {
 // on. A row that breaks one returns an *InvalidRowsError; fix the rows and run
 // Up again, which validates what is left.
 //
+// A migration that alters a table waits for the transactions using it to
+// end, and while it waits every later statement on that table (enqueues,
+// claims) queues behind it. So each lock wait is bounded (LockTimeout, 2 s
+// by default): the migrations roll back, and Up tries again after a pause,
+// five times in all, then returns ErrLockTimeout
+// (TestMigrateDoesNotStallTheQueueBehindALongTransaction). A held-mode job
+// running longer than that blocks it: migrate when no long job runs.
+//
 // Up refuses, with a *ForeignSchemaError, a schema (or schema_migrations
 // table) that already exists and is owned by a role that is neither the
 // current user, a role it is a member of, nor a superuser: that owner
@@ -144,7 +152,21 @@ type Options struct {
 	// AllowForeignSchema migrates a schema owned by another role (see Up).
 	// Default false.
 	AllowForeignSchema bool
+	// LockTimeout bounds each wait of a migration for a table lock (see
+	// Up). Default DefaultLockTimeout; negative: no bound.
+	LockTimeout time.Duration
 }
+
+// DefaultLockTimeout is Options.LockTimeout's default.
+const DefaultLockTimeout = 2 * time.Second
+
+// lockTries is how many times Up applies its migrations when a lock wait
+// times out, doubling its pause between tries from half the lock timeout.
+const lockTries = 5
+
+// ErrLockTimeout is matched (errors.Is) by Up's error when a migration could
+// not get its table locks in any of its tries.
+var ErrLockTimeout = errors.New("migrations: a lock a migration needs stayed held")
 
 // UpWithOptions is Up with options.
 func UpWithOptions(ctx context.Context, pool *pgxpool.Pool, schema string, opts Options) ([]int, error) {
@@ -248,12 +270,56 @@ func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int, opts 
 		}
 		return nil, err
 	}
+	ran, err := applyAll(ctx, conn.Conn(), schema, all, limit, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateConstraints(ctx, conn.Conn(), schema); err != nil {
+		return ran, err
+	}
+	return ran, nil
+}
+
+// applyAll applies the migrations of all not yet applied (up to limit) in
+// one transaction, trying again after a lock wait timed out.
+func applyAll(ctx context.Context, conn *pgx.Conn, schema string, all []Migration, limit int, lockTimeout time.Duration) ([]int, error) {
+	if lockTimeout == 0 {
+		lockTimeout = DefaultLockTimeout
+	}
+	pause := max(lockTimeout/2, 100*time.Millisecond) // then doubled: 1, 2, 4, 8 s by default
+	for try := 1; ; try++ {
+		ran, err := applyOnce(ctx, conn, schema, all, limit, lockTimeout)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+			return ran, err
+		}
+		if try == lockTries {
+			return nil, fmt.Errorf("%w: %d tries, each waiting at most %s for a lock (a transaction using pgwake's tables, such as a long held-mode job, holds it): migrate again when it has ended: %w",
+				ErrLockTimeout, lockTries, lockTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+func applyOnce(ctx context.Context, conn *pgx.Conn, schema string, all []Migration, limit int, lockTimeout time.Duration) ([]int, error) {
+	q := sqlident.Quote(schema)
 	var ran []int
-	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		ran = nil
 		// Self-conflicting: a second migrator waits here until we commit.
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+q+`.schema_migrations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("migrations: lock schema_migrations: %w", err)
+		}
+		// From here on no lock wait is unbounded (see Up).
+		if lockTimeout > 0 {
+			if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
+				return err
+			}
 		}
 		done, err := applied(ctx, tx, schema)
 		if err != nil {
@@ -273,13 +339,7 @@ func up(ctx context.Context, pool *pgxpool.Pool, schema string, limit int, opts 
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := validateConstraints(ctx, conn.Conn(), schema); err != nil {
-		return ran, err
-	}
-	return ran, nil
+	return ran, err
 }
 
 // ErrInvalidRows is matched (errors.Is) by the *InvalidRowsError Up returns.
