@@ -364,12 +364,14 @@ func (c *Client) heartbeat(ctx context.Context) {
 		queues = append(queues, q)
 	}
 	// A client without leased kinds still rescues its queues' expired
-	// leases, at its start and then every heartbeat (leaseLoop does it
-	// every LeaseDuration/3 for the others): a kind taken out of
-	// LeasedKinds, or its only leased workers dead
-	// (TestExpiredLeaseRescuedByAHeldWorker).
+	// leases, a PollInterval after its start (not at once: Start's warm-up
+	// holds the connections then, and the rescue would open a cold one the
+	// first job may get: TestStartReadiesTheConnectionsItOpens) and then
+	// every heartbeat (leaseLoop does it every LeaseDuration/3 for the
+	// others): a kind taken out of LeasedKinds, or its only leased workers
+	// dead (TestExpiredLeaseRescuedByAHeldWorker).
 	rescue := len(c.cfg.LeasedKinds) == 0
-	if rescue {
+	if rescue && sleep(ctx, c.cfg.PollInterval) {
 		c.rescueExpired(ctx, c.pool, queues)
 	}
 	every(ctx, heartbeatEvery, func() {
