@@ -54,7 +54,8 @@ var connectionEnv = map[string]bool{
 	"PGPASSWORD": true, "PGPASSFILE": true, "PGSERVICE": true, "PGSERVICEFILE": true, "PGAPPNAME": true,
 	"PGCONNECT_TIMEOUT": true, "PGSSLMODE": true, "PGSSLKEY": true, "PGSSLCERT": true, "PGSSLROOTCERT": true,
 	"PGSSLPASSWORD": true, "PGSSLSNI": true, "PGSSLNEGOTIATION": true, "PGTARGETSESSIONATTRS": true,
-	"PGOPTIONS": true, "PGREQUIRESSL": true,
+	"PGOPTIONS": true, "PGREQUIRESSL": true, "PGSSLCERTMODE": true, "PGCHANNELBINDING": true,
+	"PGREQUIREAUTH": true, "PGMINPROTOCOLVERSION": true, "PGMAXPROTOCOLVERSION": true, "PGTZ": true,
 }
 
 // Environ is environ (os.Environ()) for handler commands: without

@@ -29,6 +29,7 @@ func TestHandlerEnvironmentHasNoConnectionSettings(t *testing.T) {
 		"PGWAKE_DATABASE_URL=postgres://app:s3cretPW@db/app", "DATABASE_URL=postgres://app:s3cretPW@db/app",
 		"PGWAKE_LISTENER_URL=postgres://app:s3cretPW@db/app", "PGWAKE_BROKER_URL=amqp://app:s3cretPW@mq/",
 		"PGPASSWORD=s3cretPW", "PGSSLPASSWORD=s3cretPW", "PGHOST=db", "PGUSER=app", "PGSERVICE=pgwake",
+		"PGCHANNELBINDING=require", "PGTZ=UTC", "PGREQUIREAUTH=scram-sha-256",
 	}
 	run := func(pass bool) string {
 		var out bytes.Buffer
@@ -38,7 +39,7 @@ func TestHandlerEnvironmentHasNoConnectionSettings(t *testing.T) {
 	}
 	got := run(false)
 	require.NotContains(t, got, "s3cretPW")
-	for _, k := range []string{"PGHOST=", "PGUSER=", "PGSERVICE=", "DATABASE_URL=", "PGWAKE_LISTENER_URL="} {
+	for _, k := range []string{"PGHOST=", "PGUSER=", "PGSERVICE=", "DATABASE_URL=", "PGWAKE_LISTENER_URL=", "PGCHANNELBINDING=", "PGTZ=", "PGREQUIREAUTH="} {
 		require.NotContains(t, got, k)
 	}
 	require.Contains(t, got, "APP_SETTING=kept")
