@@ -26,10 +26,10 @@ func init() {
 	register(command{
 		name:    "events",
 		summary: "the event log: tail, forward to NATS/RabbitMQ, replay, verify, slots",
-		usage: `Usage: pgwake events tail [--slot NAME]
+		usage: `Usage: pgwake events tail [--slot NAME] [--publication NAME]
        pgwake events forward --to nats://HOST:4222 | amqp://USER:PASS@HOST:5672/ [--slot NAME]
                              [--topic T] [--topic-by type|queue] [--dead-letter-topic T|off]
-                             [--metrics-addr ADDR]
+                             [--publication NAME] [--lag-warn-bytes N] [--metrics-addr ADDR]
        pgwake events replay [--after-id N] [--since TIME|DURATION]
        pgwake events verify
        pgwake events slots [--json]
