@@ -57,7 +57,14 @@ func TestHandlerErrorsThatPanic(t *testing.T) {
 					}),
 					"policy":  fail,
 					"backoff": fail,
+					"hook":    queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil }),
 				},
+				Hooks: queue.Hooks{Work: func(ctx context.Context, j *queue.Job) (context.Context, func(error)) {
+					if j.Kind == "hook" {
+						panic("work hook bug")
+					}
+					return ctx, nil
+				}},
 				RetryPolicies: map[string]queue.RetryPolicy{"policy": func(*queue.Job, error) time.Duration {
 					var m map[string]int
 					m["x"]++ // panics: a nil map
@@ -66,19 +73,22 @@ func TestHandlerErrorsThatPanic(t *testing.T) {
 				Backoff: func(int) time.Duration { panic("backoff bug") },
 			}
 			if leased {
-				cfg.LeasedKinds = []string{"typed-nil", "policy", "backoff"}
+				cfg.LeasedKinds = []string{"typed-nil", "policy", "backoff", "hook"}
 			}
 			e := newEnv(t, cfg)
 			ctx := context.Background()
-			ids := e.enqueueIDs(queue.NewJob{Kind: "typed-nil"}, queue.NewJob{Kind: "policy"}, queue.NewJob{Kind: "backoff"})
+			ids := e.enqueueIDs(queue.NewJob{Kind: "typed-nil"}, queue.NewJob{Kind: "policy"}, queue.NewJob{Kind: "backoff"},
+				queue.NewJob{Kind: "hook"})
 			e.run()
 			waitFor(t, 15*time.Second, "every attempt recorded", func() bool {
-				return e.count(`id = ANY($1) AND attempts = 1 AND state = 'pending'`, ids) == 3
+				return e.count(`id = ANY($1) AND attempts = 1 AND state = 'pending'`, ids) == 4
 			})
+			_, _, hookErr := e.jobRow(ids[3])
+			require.Contains(t, hookErr, "work hook bug", "the Work hook's panic failed the attempt")
 			_, _, le := e.jobRow(ids[0])
 			require.Contains(t, le, "Error method panics", "the typed nil's failure says what happened")
 			// Both fall back to DefaultBackoff: 30 s for the first retry.
-			require.Equal(t, 2, e.count(`id = ANY($1) AND run_after > now() + interval '20 seconds'`, ids[1:]))
+			require.Equal(t, 2, e.count(`id = ANY($1) AND run_after > now() + interval '20 seconds'`, ids[1:3]))
 			_ = ctx
 		})
 	}
