@@ -505,9 +505,10 @@ func (c *Client) nextDue(ctx context.Context, q interface {
 // commits synchronously, and flushes the claim with it. Only a database
 // crash in between (before the WAL writer's next flush) can forget the
 // claim: the job is then pending again, its attempt and its started event
-// not recorded (docs/semantics.md). The held completion uses it when every
-// job of the batch succeeded without touching the transaction and no cancel
-// was asked (complete).
+// not recorded (docs/semantics.md). The held completion sets the same
+// setting inside its success statement when every job of the batch
+// succeeded without touching the transaction and no cancel was asked
+// (complete, the succeed statement's $3).
 const asyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
 
 // claimLeased claims and starts up to n due leased jobs of queue in one

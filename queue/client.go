@@ -62,7 +62,7 @@ type Client struct {
 	started *started // workers started by Start, until Stop
 
 	// pauseResync asks pausePoll to re-read the paused queues (the
-	// listener reconnected).
+	// listener reconnected, or a pause or resume was notified).
 	pauseResync chan struct{}
 
 	// signals are the test signals (testsignal.go); nil outside this

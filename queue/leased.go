@@ -495,7 +495,7 @@ func (c *Client) leaseLoop(ctx context.Context) {
 		queues = append(queues, q)
 	}
 	own := &leaseConn{pool: c.pool}
-	defer own.close()
+	defer own.drop()
 	every(ctx, c.cfg.LeaseDuration/3, func() {
 		var db leaseDB = c.pool
 		if conn, err := own.get(ctx); err == nil {
@@ -563,8 +563,6 @@ func (lc *leaseConn) drop() {
 		lc.conn = nil
 	}
 }
-
-func (lc *leaseConn) close() { lc.drop() }
 
 // extendLeases extends every lease this client holds in one statement and
 // cancels the handlers of jobs that are no longer its own.

@@ -51,7 +51,7 @@ func (c *Client) PauseQueue(ctx context.Context, queue string) error {
 // notification) take effect when tx commits.
 func (c *Client) PauseQueueTx(ctx context.Context, tx pgx.Tx, queue string) error {
 	if err := ValidateQueue(queue); err != nil {
-		return fmt.Errorf("queue: pause: %w", c.notMigrated(err))
+		return fmt.Errorf("queue: pause: %w", err)
 	}
 	if _, err := tx.Exec(ctx, c.sql.periodic.pause, queue, c.channel); err != nil {
 		return fmt.Errorf("queue: pause %s: %w", queue, c.notMigrated(err))
@@ -68,7 +68,7 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
 // ResumeQueueTx is ResumeQueue in the caller's transaction.
 func (c *Client) ResumeQueueTx(ctx context.Context, tx pgx.Tx, queue string) error {
 	if err := ValidateQueue(queue); err != nil {
-		return fmt.Errorf("queue: resume: %w", c.notMigrated(err))
+		return fmt.Errorf("queue: resume: %w", err)
 	}
 	if _, err := tx.Exec(ctx, c.sql.periodic.resume, queue, c.channel); err != nil {
 		return fmt.Errorf("queue: resume %s: %w", queue, c.notMigrated(err))
@@ -105,7 +105,6 @@ func (c *Client) Queues(ctx context.Context) ([]QueueState, error) {
 type pauseState struct {
 	mu     sync.Mutex
 	paused bool
-	seq    uint64 // notifications applied: a poll that started before one does not overwrite it
 }
 
 func (p *pauseState) isPaused() bool {
@@ -129,19 +128,12 @@ func (c *Client) onPauseNotify(payload string) {
 	}
 }
 
-// setPaused records the queue's pause state. A poll's result (notified
-// false, seq as read before its query) is dropped when a notification was
-// applied since. A resume wakes the dispatcher.
-func (l *queueLoop) setPaused(paused, notified bool, seq uint64) {
+// setPaused records the queue's pause state as read from paused_queues
+// (only pausePoll's goroutine reads it, notifications included, so reads
+// apply in order). A resume wakes the dispatcher.
+func (l *queueLoop) setPaused(paused bool) {
 	p := &l.pause
 	p.mu.Lock()
-	if !notified && p.seq != seq {
-		p.mu.Unlock()
-		return
-	}
-	if notified {
-		p.seq++
-	}
 	was := p.paused
 	p.paused = paused
 	p.mu.Unlock()
@@ -167,12 +159,8 @@ func (c *Client) loadPaused(ctx context.Context) error {
 		return nil
 	}
 	queues := make([]string, 0, len(c.loops))
-	seqs := make(map[string]uint64, len(c.loops))
-	for q, l := range c.loops {
+	for q := range c.loops {
 		queues = append(queues, q)
-		l.pause.mu.Lock()
-		seqs[q] = l.pause.seq
-		l.pause.mu.Unlock()
 	}
 	rows, err := c.pool.Query(ctx, c.sql.periodic.paused, queues)
 	if err != nil {
@@ -187,7 +175,7 @@ func (c *Client) loadPaused(ctx context.Context) error {
 		set[q] = true
 	}
 	for q, l := range c.loops {
-		l.setPaused(set[q], false, seqs[q])
+		l.setPaused(set[q])
 	}
 	return nil
 }

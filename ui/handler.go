@@ -350,11 +350,7 @@ func pretty(raw []byte, limit int) (string, bool) {
 		buf.Write(raw)
 	}
 	if buf.Len() > limit {
-		s, n := buf.String(), limit
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n-- // not in the middle of a character
-		}
-		return s[:n], true
+		return cutAt(buf.String(), limit), true
 	}
 	return buf.String(), false
 }
@@ -489,8 +485,13 @@ func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	return cutAt(s, n) + "…"
+}
+
+// cutAt is s cut to at most n bytes (n < len(s)), not inside a character.
+func cutAt(s string, n int) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n] + "…"
+	return s[:n]
 }
