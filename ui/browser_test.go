@@ -270,3 +270,37 @@ func TestBrowserStreamResumesWithoutGaps(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, opens, "one stream, reopened after each of the 3 cuts")
 }
+
+// A page refused a stream (Config.MaxStreams reached: 503, which ends an
+// EventSource for good) opens a new one later, from the resume point it was
+// read at, and gets what committed meanwhile.
+func TestBrowserRefusedStreamOpensLater(t *testing.T) {
+	ctx := browser(t)
+	b := setup(t, ui.Config{MaxStreams: 1})
+	sctx, closeOther := context.WithCancel(context.Background())
+	defer closeOther()
+	other := stream(t, sctx, b.url+"/events", "") // holds the only place
+	select {
+	case <-other:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first stream did not open")
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(b.url+"/")))
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.pgwakeStream && window.pgwakeStream.source.readyState === EventSource.CLOSED`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "the page's stream was refused")
+	jobs := make([]queue.NewJob, 5)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "k"}
+	}
+	_, err = b.client.EnqueueMany(context.Background(), jobs)
+	require.NoError(t, err)
+	closeOther()
+	waitLive(t, ctx)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`new Set(window.pgwakeStream.jobs).size >= 5`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "the page got the events committed while it had no stream")
+	opens, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.pgwakeStream.opens`))
+	require.NoError(t, err)
+	require.Equal(t, 1, opens)
+}

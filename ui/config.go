@@ -36,6 +36,10 @@ type Config struct {
 	// RefreshInterval refreshes the counters (oldest age, a missed
 	// notification) when no event came. Default 5s.
 	RefreshInterval time.Duration
+	// MaxStreams caps the live streams (open pages) served at once; one
+	// more is refused with 503 and a Retry-After, and its page tries again
+	// later. Default 100.
+	MaxStreams int
 	// PayloadLimit caps the bytes of a payload shown on a job page.
 	// Default 64 KiB.
 	PayloadLimit int
@@ -55,6 +59,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RefreshInterval <= 0 {
 		c.RefreshInterval = 5 * time.Second
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 100
 	}
 	if c.PayloadLimit <= 0 {
 		c.PayloadLimit = 64 << 10

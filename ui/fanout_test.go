@@ -55,7 +55,8 @@ func (r *recorder) counts() (writes, flushes int, body string) {
 // (its deliver is called by the test) and returns their recorders.
 func openFanout(t *testing.T, n int) (*hub, []*recorder) {
 	t.Helper()
-	h := &Handler{hub: newHub(Config{}.withDefaults())}
+	cfg := Config{}.withDefaults()
+	h := &Handler{cfg: cfg, log: cfg.Logger, hub: newHub(cfg)}
 	h.hub.ready = true
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -143,7 +144,8 @@ func TestSampleLatencyMedian(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkFanout -benchtime 2000x ./ui/
 func BenchmarkFanout(b *testing.B) {
-	h := &Handler{hub: newHub(Config{}.withDefaults())}
+	cfg := Config{}.withDefaults()
+	h := &Handler{cfg: cfg, log: cfg.Logger, hub: newHub(cfg)}
 	h.hub.ready = true
 	srv := httptest.NewServer(http.HandlerFunc(h.events))
 	defer srv.Close()

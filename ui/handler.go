@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -40,6 +41,8 @@ type Handler struct {
 	mux    *http.ServeMux
 	tmpl   *template.Template
 	csrf   string // the per-process token every action form carries
+	// streams counts the live streams being served (Config.MaxStreams).
+	streams atomic.Int64
 }
 
 // New builds a Handler from cfg.

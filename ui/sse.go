@@ -1,10 +1,11 @@
 package ui
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/queue"
 )
@@ -12,6 +13,11 @@ import (
 // maxReplay is the most events a reconnecting page is sent from the event
 // log; further behind, it is told to reload.
 const maxReplay = 20000
+
+// streamWriteTimeout bounds each write to a stream: a page that stops
+// reading (a suspended laptop, a stalled proxy) is dropped after it, its
+// goroutine and connection freed. A variable for the tests.
+var streamWriteTimeout = 20 * time.Second
 
 // events is the server-sent event stream. Messages:
 //
@@ -27,8 +33,7 @@ const maxReplay = 20000
 // every event after it from the event log, then the live ones; it may see
 // an event twice and drops repeats by event id.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
@@ -46,6 +51,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		from, resume = n, true
 	}
+	if h.streams.Add(1) > int64(h.cfg.MaxStreams) {
+		h.streams.Add(-1)
+		h.log.Warn("live stream refused: Config.MaxStreams streams open", zap.Int("max_streams", h.cfg.MaxStreams))
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many live streams open", http.StatusServiceUnavailable)
+		return
+	}
+	defer h.streams.Add(-1)
 	sub, low, maxSeen, stats := h.hub.subscribe()
 	defer h.hub.unsubscribe(sub)
 
@@ -53,12 +66,20 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no")
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve another request
 	w.WriteHeader(http.StatusOK)
 	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) // ErrNotSupported: no deadline
 		_, err := w.Write(b)
 		return err == nil
 	}
-	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
+	flush := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		err := rc.Flush()
+		return err == nil
+	}
+	write([]byte("retry: 1000\n\n"))
 	if stats != nil {
 		write(appendFrame(nil, "stats", 0, false, stats))
 	}
@@ -107,7 +128,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 			if n >= maxReplay {
 				write(appendFrame(nil, "reload", 0, false, []byte("{}")))
-				fl.Flush()
+				flush()
 				return
 			}
 		}
@@ -117,7 +138,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	case resume && from > maxSeen:
 		from = low // a resume point from another process or before a restart
 	}
-	fl.Flush()
+	if !flush() {
+		return
+	}
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -127,7 +150,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-sub.gone:
 			return // fell behind: the page reconnects and resumes
 		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+			if !write([]byte(": keepalive\n\n")) {
 				return
 			}
 		case m := <-sub.ch:
@@ -146,6 +169,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				more = false
 			}
 		}
-		fl.Flush()
+		if !flush() {
+			return
+		}
 	}
 }

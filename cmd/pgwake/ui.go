@@ -66,8 +66,12 @@ func runUI(ctx context.Context, env *cliEnv, args []string) error {
 	prefix := fs.String("prefix", "", "path prefix to serve under, e.g. /pgwake (behind a reverse proxy)")
 	exact := fs.Int("exact-limit", queue.DefaultExactLimit, "count each number exactly up to this many jobs per queue (see pgwake stats)")
 	listenerURL := fs.String("listener-url", "", "direct PostgreSQL URL for LISTEN when --database-url goes through PgBouncer in transaction mode ($"+envListenerURL+")")
+	maxStreams := fs.Int("max-streams", 100, "most pages kept live at once; one more is refused (503) and tries again later")
 	if err := env.parseNoArgs(fs, args); err != nil {
 		return err
+	}
+	if *maxStreams < 1 {
+		return usagef("--max-streams %d: use at least 1", *maxStreams)
 	}
 	if *token == "" {
 		*token = envOr(envUIToken, "")
@@ -103,7 +107,7 @@ func runUI(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	h, err := ui.New(ui.Config{Client: client, Listener: listener, Prefix: *prefix, Token: *token,
-		ReadOnly: *readOnly, ExactLimit: *exact, Logger: env.log})
+		ReadOnly: *readOnly, ExactLimit: *exact, MaxStreams: *maxStreams, Logger: env.log})
 	if err != nil {
 		return usagef("%v", err)
 	}

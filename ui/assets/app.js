@@ -150,24 +150,34 @@
   if (!window.EventSource) return;
   // From the resume point the page was read at (reconnects send
   // Last-Event-ID instead).
-  const after = Number(body.dataset.after);
-  const es = new EventSource(prefix + "/events" + (after >= 0 ? "?after=" + after : ""));
-  window.pgwakeStream = { lastMark: 0, jobs: [], opens: 0 };
-  es.onopen = () => { window.pgwakeStream.opens++; live.textContent = "live"; live.className = "live on"; };
-  es.onerror = () => { live.textContent = "reconnecting"; live.className = "live off"; };
-  es.addEventListener("stats", (m) => applyStats(JSON.parse(m.data)));
-  es.addEventListener("mark", (m) => { window.pgwakeStream.lastMark = Number(m.lastEventId); });
-  es.addEventListener("reload", () => location.reload());
-  es.addEventListener("job", (m) => {
-    const e = JSON.parse(m.data);
-    if (seen.has(e.id)) return;
-    seen.add(e.id); seenOrder.push(e.id);
-    if (seenOrder.length > 20000) seen.delete(seenOrder.shift());
-    window.pgwakeStream.jobs.push(e.id);
-    if (window.pgwakeStream.jobs.length > 100000) window.pgwakeStream.jobs.splice(0, 50000);
-    addFeed(e);
-    onJobsEvent(e);
-    onJobEvent(e);
-  });
-  window.pgwakeStream.source = es;
+  window.pgwakeStream = { lastMark: 0, lastId: Number(body.dataset.after), jobs: [], opens: 0 };
+  function open(after) {
+    const es = new EventSource(prefix + "/events" + (after >= 0 ? "?after=" + after : ""));
+    es.onopen = () => { window.pgwakeStream.opens++; live.textContent = "live"; live.className = "live on"; };
+    es.onerror = () => {
+      live.textContent = "reconnecting"; live.className = "live off";
+      // Refused (too many streams open, a restarting proxy): EventSource
+      // gives up on an HTTP error, so open a new one later from the last
+      // resume point seen.
+      if (es.readyState === EventSource.CLOSED) setTimeout(() => open(window.pgwakeStream.lastId), 10000 + Math.random() * 5000);
+    };
+    const seenId = (m) => { if (m.lastEventId !== "") window.pgwakeStream.lastId = Number(m.lastEventId); };
+    es.addEventListener("stats", (m) => applyStats(JSON.parse(m.data)));
+    es.addEventListener("mark", (m) => { seenId(m); window.pgwakeStream.lastMark = Number(m.lastEventId); });
+    es.addEventListener("reload", () => location.reload());
+    es.addEventListener("job", (m) => {
+      seenId(m);
+      const e = JSON.parse(m.data);
+      if (seen.has(e.id)) return;
+      seen.add(e.id); seenOrder.push(e.id);
+      if (seenOrder.length > 20000) seen.delete(seenOrder.shift());
+      window.pgwakeStream.jobs.push(e.id);
+      if (window.pgwakeStream.jobs.length > 100000) window.pgwakeStream.jobs.splice(0, 50000);
+      addFeed(e);
+      onJobsEvent(e);
+      onJobEvent(e);
+    });
+    window.pgwakeStream.source = es;
+  }
+  open(window.pgwakeStream.lastId);
 })();
