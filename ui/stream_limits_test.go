@@ -110,7 +110,10 @@ func TestStreamsCappedByMaxStreams(t *testing.T) {
 	sctx, cancel := context.WithCancel(ctx)
 	cancels = append(cancels, cancel)
 	rec := &recorder{hdr: http.Header{}}
-	go func() { h.events(rec, httptest.NewRequestWithContext(sctx, http.MethodGet, "/events", nil)); done <- struct{}{} }()
+	go func() {
+		h.events(rec, httptest.NewRequestWithContext(sctx, http.MethodGet, "/events", nil))
+		done <- struct{}{}
+	}()
 	require.Eventually(t, func() bool { _, f, _ := rec.counts(); return f > 0 }, 10*time.Second, 5*time.Millisecond,
 		"a stream opens once another closed")
 }
