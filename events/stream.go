@@ -102,6 +102,7 @@ type Stream struct {
 	pendingSince atomic.Int64  // commit time (unix ns) of the batch being published, 0 if none
 	sessions     atomic.Int64  // sessions that reached streaming
 	lagBytes     atomic.Int64  // last measured slot lag, for a scrape that cannot measure
+	standby      atomic.Bool   // the slot is streaming to another session: waiting for it to end
 }
 
 // New checks cfg and returns a Stream; it connects to nothing yet. pool is
@@ -144,6 +145,14 @@ func (s *Stream) Slot() string { return s.cfg.Slot }
 // event committed before it was published.
 func (s *Stream) Acked() pglogrepl.LSN { return pglogrepl.LSN(s.acked.Load()) }
 
+// Standby reports whether Run is waiting for another session streaming the
+// same slot (a second relay) to end, to take over from it.
+func (s *Stream) Standby() bool { return s.standby.Load() }
+
+// errSlotActive: START_REPLICATION found the slot streaming to another
+// session.
+var errSlotActive = errors.New("events: the slot is active in another session")
+
 // Sessions returns how many replication sessions reached streaming (1 +
 // successful reconnects).
 func (s *Stream) Sessions() int64 { return s.sessions.Load() }
@@ -180,6 +189,19 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		if IsPermanent(err) {
 			return err
+		}
+		if errors.Is(err, errSlotActive) {
+			// Another relay streams this slot: stand by, trying again
+			// every MaxBackoff, and take over when it stops.
+			if !s.standby.Swap(true) {
+				s.log.Info("slot is streaming to another session; standing by until it ends", zap.String("slot", s.cfg.Slot), zap.Error(err))
+			}
+			select {
+			case <-time.After(backoff.Jitter(s.cfg.MaxBackoff)):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
 		}
 		// Only a session that streamed for a while resets the backoff: one
 		// that fails right after connecting keeps backing off.
@@ -305,9 +327,16 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
 	})
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use: "replication slot ... is active for PID ..."
+			return fmt.Errorf("%w: %w", errSlotActive, err)
+		}
 		return classify(fmt.Errorf("events: START_REPLICATION on slot %s: %w", s.cfg.Slot, err), s.replCfg.User)
 	}
 	*streamedAt = time.Now()
+	if s.standby.Swap(false) {
+		s.log.Info("the other session ended; taking over the slot", zap.String("slot", s.cfg.Slot))
+	}
 	s.sessions.Add(1)
 	s.publishedTxn.Store(0)
 	s.handed.Store(0)

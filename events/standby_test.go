@@ -1,0 +1,60 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
+)
+
+// A second relay on a slot that streams to another stands by (Standby,
+// one log line, no reconnect storm) and takes over when the first stops:
+// together they deliver every event, none lost.
+func TestSecondRelayStandsByAndTakesOver(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ps1, first := channelSink(t)
+	t.Cleanup(func() { _ = ps1.Close() })
+	_, stop1 := e.RunStream(e.Config(ps1))
+	ps2, second := channelSink(t)
+	t.Cleanup(func() { _ = ps2.Close() })
+	cfg2 := e.Config(ps2)
+	cfg2.MaxBackoff = 300 * time.Millisecond
+	s2, err := events.New(e.Pool, cfg2)
+	require.NoError(t, err)
+	stop2 := pgtest.RunInBackground(t, "second relay", s2.Run)
+	defer stop2()
+	waitFor(t, 30*time.Second, "the second relay standing by", s2.Standby)
+
+	enqueue := func(n int) {
+		for range n {
+			_, err := e.Pool.Exec(ctx, `SELECT `+e.Table("enqueue")+`('k')`)
+			require.NoError(t, err)
+		}
+	}
+	enqueue(10)
+	waitFor(t, 30*time.Second, "the first relay's deliveries", func() bool { return len(first.Snapshot()) >= 10 })
+	time.Sleep(3 * cfg2.MaxBackoff) // a few more tries of the standby
+	require.True(t, s2.Standby())
+	require.Zero(t, s2.Sessions(), "the standby never streamed")
+	require.Empty(t, second.Snapshot(), "the standby published nothing")
+
+	stop1()
+	enqueue(10)
+	waitFor(t, 30*time.Second, "the second relay taking over", func() bool { return s2.Sessions() > 0 })
+	require.False(t, s2.Standby())
+	table := e.TableEvents()
+	require.Len(t, table, 20)
+	waitFor(t, 30*time.Second, "every event delivered by one relay or the other", func() bool {
+		seen := map[int64]bool{}
+		for _, r := range append(first.Snapshot(), second.Snapshot()...) {
+			seen[r.Ev.ID] = true
+		}
+		return len(seen) == len(table)
+	})
+	checkDelivery(t, append(first.Snapshot(), second.Snapshot()...), table)
+}
