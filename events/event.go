@@ -172,8 +172,8 @@ func Decode(b []byte) (Event, error) {
 
 // data is the shape of the events.data column.
 type data struct {
-	Error    string     `json:"error"`
-	RunAfter *time.Time `json:"run_after"`
+	Error    string          `json:"error"`
+	RunAfter json.RawMessage `json:"run_after"`
 }
 
 // setData fills Error and RunAfter from the events.data jsonb text.
@@ -186,8 +186,12 @@ func (e *Event) setData(raw []byte) error {
 		return fmt.Errorf("events: event %d: data column: %w", e.ID, err)
 	}
 	e.Error = d.Error
-	if d.RunAfter != nil {
-		ra := d.RunAfter.UTC()
+	// A run_after Go cannot hold (a year past 9999 or BC, which the SQL API
+	// took before migration 0023) leaves RunAfter unset: the event is
+	// still read, published and replayed.
+	var ra time.Time
+	if len(d.RunAfter) > 0 && string(d.RunAfter) != "null" && json.Unmarshal(d.RunAfter, &ra) == nil {
+		ra = ra.UTC()
 		e.RunAfter = &ra
 	}
 	return nil

@@ -173,7 +173,8 @@ func (m Mismatch) String() string { return fmt.Sprintf("job %d: %s", m.JobID, m.
 
 // Rebuild replays the whole log in one snapshot and returns each job's
 // state as the events say. Jobs whose log does not start with enqueued
-// (older events deleted by retention) are left out.
+// (older events deleted by retention) are left out, unless a retried event
+// follows: a job retried after its events were pruned is rebuilt from it.
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, schema string) (map[int64]JobState, error) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -188,6 +189,14 @@ func rebuild(ctx context.Context, q querier, schema string) (map[int64]JobState,
 	truncated := map[int64]bool{}
 	err := readAll(ctx, q, schema, From{}, func(e Event) error {
 		s, seen := out[e.JobID]
+		if e.Type == TypeRetried && (!seen || truncated[e.JobID]) {
+			// A failed job's events were pruned, then it was retried: its
+			// life starts again here, the attempts it took in the event.
+			delete(truncated, e.JobID)
+			state, _ := queue.StateAfter(e.Type)
+			out[e.JobID] = JobState{State: state, Attempts: e.Attempt, Queue: e.Queue, Kind: e.Kind}
+			return nil
+		}
 		if !seen && e.Type != TypeEnqueued {
 			truncated[e.JobID] = true
 		}

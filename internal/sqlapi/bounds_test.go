@@ -1,0 +1,91 @@
+package sqlapi_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Metadata whose values are arrays is not a JSON object of strings: PW012
+// and nothing written (migration 0023; jsonpath's lax mode let them by).
+func TestMetadataArrayValuesRaisePW012(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	prod := w.producerPool()
+	for _, md := range []string{`{"a": ["x"]}`, `{"a": []}`, `{"a": ["x", "y"]}`, `{"a": [{"b": "c"}]}`} {
+		var id int64
+		err := prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`($1, metadata => $2::jsonb)`, testKind, md).Scan(&id)
+		requireCode(t, err, "PW012")
+		var ids []int64
+		err = prod.QueryRow(ctx, `SELECT `+w.fn("enqueue_many")+`(jsonb_build_array(jsonb_build_object('kind', $1::text, 'metadata', $2::jsonb)))`,
+			testKind, md).Scan(&ids)
+		requireCode(t, err, "PW012")
+	}
+	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+	var id int64
+	require.NoError(t, prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`($1, metadata => '{"a": "x", "b": ""}')`, testKind).Scan(&id),
+		"an object of strings is still taken")
+}
+
+// run_after outside the years 1 to 9999 (which the Go client refuses, and
+// which the event stream, Verify and jobs --json cannot read back) and a
+// delay that lands there are PW005 on their field, nothing written.
+func TestScheduleOutsideYearsOneTo9999(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	prod := w.producerPool()
+	for _, ra := range []string{"0002-01-01 00:00:00+00 BC", "20000-01-01 00:00:00+00", "10000-01-01 00:00:00+00", "0001-01-01 00:00:00+01"} {
+		var id int64
+		err := prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`($1, run_after => $2::timestamptz)`, testKind, ra).Scan(&id)
+		requireState(t, err, "PW005", "run_after", 0, ra)
+		var ids []int64
+		err = prod.QueryRow(ctx, `SELECT `+w.fn("enqueue_many")+`(jsonb_build_array(jsonb_build_object('kind', $1::text, 'run_after', $2::text)))`,
+			testKind, ra).Scan(&ids)
+		requireState(t, err, "PW005", "run_after", 0, "enqueue_many "+ra)
+	}
+	for what, q := range map[string]string{
+		"enqueue":            `SELECT ARRAY[` + w.fn("enqueue") + `('` + testKind + `', delay => '300000 years')]`,
+		"enqueue, 7990 y":    `SELECT ARRAY[` + w.fn("enqueue") + `('` + testKind + `', delay => '7990 years')]`,
+		"enqueue with a key": `SELECT ARRAY[` + w.fn("enqueue") + `('` + testKind + `', delay => '300000 years', unique_key => 'k')]`,
+		"enqueue_many":       `SELECT ` + w.fn("enqueue_many") + `('[{"kind": "` + testKind + `", "delay": "300000 years"}]')`,
+	} {
+		var ids []int64
+		err := prod.QueryRow(ctx, q).Scan(&ids)
+		requireState(t, err, "PW005", "delay", 0, what)
+	}
+	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+	for _, ok := range []string{
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', run_after => '9999-12-31 23:59:59+00')`,
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', run_after => '0001-01-01 00:00:00+00')`,
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', delay => '7000 years')`,
+	} {
+		var id int64
+		require.NoError(t, prod.QueryRow(ctx, ok).Scan(&id), ok)
+	}
+}
+
+// enqueue_jobs reads its arrays by index: one that is not one-dimensional
+// from index 1 is PW008, not read as the defaults (migration 0023).
+func TestEnqueueJobsArraysStartAtOne(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	prod := w.producerPool()
+	for what, args := range map[string]string{
+		"payloads from 0":   `ARRAY[$1], '[0:0]={"{\"important\": 1}"}'::jsonb[], priorities => '{7}'::int[]`,
+		"priorities from 0": `ARRAY[$1], priorities => '[0:0]={7}'::int[]`,
+		"kinds from 2":      `'[2:2]={k}'::text[], priorities => '{7}'::int[]`,
+		"two dimensions":    `ARRAY[$1, $1], queues => '{{a},{b}}'::text[]`,
+	} {
+		q := `SELECT ids FROM ` + w.fn("enqueue_jobs") + `(` + args + `)`
+		var ids []int64
+		var err error
+		if what == "kinds from 2" {
+			err = prod.QueryRow(ctx, q).Scan(&ids)
+		} else {
+			err = prod.QueryRow(ctx, q, testKind).Scan(&ids)
+		}
+		requireCode(t, err, "PW008")
+	}
+	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+}
