@@ -65,9 +65,15 @@ func Pending(st []Status) []string {
 }
 
 // ValidateSchema checks a schema name against pgwake's identifier rules.
+// Names PostgreSQL reserves are refused too: pg_* (the server refuses to
+// create them) and information_schema, which pg_dump leaves out, so a
+// backup would silently lack every job.
 func ValidateSchema(schema string) error {
 	if err := sqlident.Validate("schema", schema, MaxSchemaLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSchema, err)
+	}
+	if strings.HasPrefix(schema, "pg_") || schema == "information_schema" {
+		return fmt.Errorf("%w: schema %q is PostgreSQL's own (pg_* and information_schema are reserved, and pg_dump skips them); pick another name", ErrInvalidSchema, schema)
 	}
 	return nil
 }

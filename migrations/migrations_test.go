@@ -65,6 +65,9 @@ func TestBadSchemaNamesWriteNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, s := range []string{
 		`x"; DROP SCHEMA public; --`, "Upper", "1abc", "a-b", "a b", "a\x00b", "ünï", strings.Repeat("a", 41), "semi;colon",
+		// PostgreSQL's own: pg_* it refuses to create; information_schema
+		// it creates, and pg_dump leaves out.
+		"information_schema", "pg_catalog", "pg_toast", "pg_temp", "pg_foo", "pg_temp_1",
 	} {
 		_, err := migrations.Up(ctx, pool, s)
 		require.ErrorIs(t, err, migrations.ErrInvalidSchema, "%q", s)

@@ -155,10 +155,16 @@ func TestEnqueueOnAnOlderSchema(t *testing.T) {
 	missing, err := queue.New(e.pool, queue.Config{Schema: pgtest.SchemaOn(t, e.pool)})
 	require.NoError(t, err)
 	for name, call := range map[string]func() error{
-		"Enqueue":     func() error { _, err := missing.Enqueue(ctx, queue.NewJob{Kind: "k"}); return err },
-		"EnqueueMany": func() error { _, err := missing.EnqueueMany(ctx, []queue.NewJob{{Kind: "k"}, {Kind: "k"}}); return err },
-		"JobGet":      func() error { _, err := missing.JobGet(ctx, 1); return err },
-		"QueueStats":  func() error { _, err := missing.QueueStats(ctx, queue.QueueStatsParams{}); return err },
+		"Enqueue":           func() error { _, err := missing.Enqueue(ctx, queue.NewJob{Kind: "k"}); return err },
+		"EnqueueMany":       func() error { _, err := missing.EnqueueMany(ctx, []queue.NewJob{{Kind: "k"}, {Kind: "k"}}); return err },
+		"JobGet":            func() error { _, err := missing.JobGet(ctx, 1); return err },
+		"QueueStats":        func() error { _, err := missing.QueueStats(ctx, queue.QueueStatsParams{}); return err },
+		"JobList":           func() error { _, err := missing.JobList(ctx, queue.JobListParams{}); return err },
+		"JobEvents":         func() error { _, err := missing.JobEvents(ctx, 1); return err },
+		"EventsAfter":       func() error { _, err := missing.EventsAfter(ctx, 0, 10); return err },
+		"LastEventID":       func() error { _, err := missing.LastEventID(ctx); return err },
+		"Queues":            func() error { _, err := missing.Queues(ctx); return err },
+		"PeriodicSchedules": func() error { _, err := missing.PeriodicSchedules(ctx); return err },
 	} {
 		err := call()
 		require.True(t, errors.Is(err, queue.ErrSchemaNotMigrated), "%s: %v", name, err)

@@ -180,7 +180,7 @@ type PeriodicState struct {
 func (c *Client) PeriodicSchedules(ctx context.Context) ([]PeriodicState, error) {
 	rows, err := c.pool.Query(ctx, c.sql.periodic.list)
 	if err != nil {
-		return nil, fmt.Errorf("queue: list periodic schedules: %w", err)
+		return nil, fmt.Errorf("queue: list periodic schedules: %w", c.notMigrated(err))
 	}
 	now := time.Now()
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PeriodicState, error) {
@@ -200,7 +200,7 @@ func (c *Client) PeriodicSchedules(ctx context.Context) ([]PeriodicState, error)
 		return s, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: list periodic schedules: %w", err)
+		return nil, fmt.Errorf("queue: list periodic schedules: %w", c.notMigrated(err))
 	}
 	return out, nil
 }

@@ -74,7 +74,7 @@ func run(args []string) int {
 	options := harness.Flags(fs)
 	var systems, url, cpuProfile string
 	var riverWorkers int
-	fs.IntVar(&riverWorkers, "river-workers", 100, "River's MaxWorkers (default 100, as in River's documentation; pass --workers' value for equal concurrency)")
+	fs.IntVar(&riverWorkers, "river-workers", 0, "River's MaxWorkers (default 0: --workers, pgwake's concurrency; 100 is the value of River's documentation)")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, pgwake first for the ratios: "+strings.Join(allSystems, ", "))
 	fs.StringVar(&url, "database-url", os.Getenv("PGWAKE_DATABASE_URL"), "PostgreSQL URL (default $PGWAKE_DATABASE_URL; empty: a throwaway cluster with fsync on)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run (every system, the harness and its producers) to this file")

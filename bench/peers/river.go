@@ -17,8 +17,8 @@ import (
 )
 
 // riverSystem is River (riverpgxv5) as a harness.System: one queue
-// ("default", MaxWorkers = workers, 100 unless --river-workers says
-// otherwise: the value of River's documented examples), one no-op worker, and
+// ("default", MaxWorkers = the bench's --workers, as pgwake's, unless
+// --river-workers says otherwise), one no-op worker, and
 // either River's defaults or, when tuned, FetchCooldown 1ms and
 // FetchPollInterval 50ms. Each Setup migrates a fresh schema with
 // rivermigrate.
@@ -107,6 +107,17 @@ func (r *riverSystem) Setup(ctx context.Context, env *harness.Env) error {
 	}
 	r.client, err = river.NewClient(driver, cfg)
 	return err
+}
+
+// Settle vacuums and analyzes river_job and checkpoints, as pgwake's
+// Settle does for its tables, so that no autovacuum of the scheduled mode's
+// bulk insert runs during River's measurement either.
+func (r *riverSystem) Settle(ctx context.Context) error {
+	if _, err := r.env.Pool.Exec(ctx, `VACUUM ANALYZE `+pgx.Identifier{r.schema, "river_job"}.Sanitize()); err != nil {
+		return err
+	}
+	_, _ = r.env.Pool.Exec(ctx, "CHECKPOINT")
+	return nil
 }
 
 func (r *riverSystem) maxWorkers() int {
