@@ -227,8 +227,8 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 	p.priority = int16(j.Priority)
 	switch {
 	case !j.RunAfter.IsZero():
-		if y := j.RunAfter.Year(); y < 1 || y > 9999 {
-			return fail("run_after", fmt.Errorf("%w: run_after %s is outside years 1..9999", ErrInvalidSchedule, j.RunAfter))
+		if y := j.RunAfter.UTC().Year(); y < 1 || y > 9999 { // in UTC, as the SQL API checks it (migration 0023)
+			return fail("run_after", fmt.Errorf("%w: run_after %s is outside years 1..9999 (UTC)", ErrInvalidSchedule, j.RunAfter))
 		}
 		t := j.RunAfter
 		p.runAfter = &t

@@ -554,6 +554,8 @@ func TestBadInputIsRejectedBeforeWriting(t *testing.T) {
 		{"priority", queue.NewJob{Kind: "k", Priority: 40000}, queue.ErrInvalidPriority, "priority"},
 		{"negative delay", queue.NewJob{Kind: "k", Delay: -time.Second}, queue.ErrInvalidSchedule, "delay"},
 		{"year 10000", queue.NewJob{Kind: "k", RunAfter: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, queue.ErrInvalidSchedule, "run_after"},
+		{"year 0 in UTC", queue.NewJob{Kind: "k", RunAfter: time.Date(1, 1, 1, 0, 30, 0, 0, time.FixedZone("+01", 3600))}, queue.ErrInvalidSchedule, "run_after"},
+		{"year 10000 in UTC", queue.NewJob{Kind: "k", RunAfter: time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("-01", -3600))}, queue.ErrInvalidSchedule, "run_after"},
 		{"unique key NUL", queue.NewJob{Kind: "k", UniqueKey: "a\x00"}, queue.ErrInvalidUniqueKey, "unique_key"},
 	}
 	for _, tc := range cases {
