@@ -83,7 +83,8 @@ type NewJob struct {
 	UniqueHold UniqueHold
 	// UniquePeriod, when positive, holds the key for that long from the
 	// enqueue whatever becomes of the job (debounce: at most one job per
-	// period); EnqueueResult.HeldUntil says until when.
+	// period); EnqueueResult.HeldUntil says until when. From one
+	// microsecond to under 36,000 days (ErrInvalidUniqueKey otherwise).
 	UniquePeriod time.Duration
 	// Metadata is handed to the handler with the job (Job.Metadata), e.g. a
 	// trace context that Config.Hooks set. Nil or empty stores nothing.
@@ -267,6 +268,10 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 	return prepareUnique(p, j, fail)
 }
 
+// maxUniquePeriod is the SQL side's bound on a unique period, interval
+// '100 years', which PostgreSQL compares as 36,000 days.
+const maxUniquePeriod = 36000 * 24 * time.Hour
+
 // prepareUnique checks a job's unique scope, hold and period.
 func prepareUnique(p prepared, j NewJob, fail func(string, error) (prepared, error)) (prepared, error) {
 	if j.UniqueScope == "" && j.UniqueHold == "" && j.UniquePeriod == 0 {
@@ -286,6 +291,12 @@ func prepareUnique(p prepared, j NewJob, fail func(string, error) (prepared, err
 	switch {
 	case j.UniquePeriod < 0:
 		return fail("unique_period", fmt.Errorf("%w: negative period %s", ErrInvalidUniqueKey, j.UniquePeriod))
+	case j.UniquePeriod > 0 && j.UniquePeriod < time.Microsecond:
+		// PostgreSQL's intervals count microseconds: less is 0, which the
+		// SQL side refuses.
+		return fail("unique_period", fmt.Errorf("%w: period %s is under a microsecond", ErrInvalidUniqueKey, j.UniquePeriod))
+	case j.UniquePeriod >= maxUniquePeriod:
+		return fail("unique_period", fmt.Errorf("%w: period %s is not under 36,000 days (PostgreSQL's interval '100 years')", ErrInvalidUniqueKey, j.UniquePeriod))
 	case j.UniquePeriod > 0 && j.UniqueHold != "":
 		return fail("unique_period", fmt.Errorf("%w: a period holds the key for the period: it cannot be combined with hold %q", ErrInvalidUniqueKey, j.UniqueHold))
 	case j.UniquePeriod > 0:

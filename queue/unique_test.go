@@ -234,3 +234,81 @@ func TestUniqueOptionsValidated(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT `+e.table("enqueue")+`('b', unique_key => 'q', unique_scope => 'queue')`).Scan(&again))
 	require.Equal(t, id, again)
 }
+
+// Unique periods the SQL side refuses (under a microsecond, which
+// PostgreSQL stores as 0; 36,000 days and more, its interval '100 years')
+// are a *JobError on unique_period before any call, not a raw PW010.
+func TestUniquePeriodOutOfRangeIsJobError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	for _, d := range []time.Duration{500 * time.Nanosecond, 36000 * 24 * time.Hour, 200 * 365 * 24 * time.Hour} {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", UniqueKey: "a", UniquePeriod: d})
+		var je *queue.JobError
+		require.ErrorAs(t, err, &je, "period %s: %v", d, err)
+		require.ErrorIs(t, err, queue.ErrInvalidUniqueKey)
+		require.Equal(t, "unique_period", je.Field)
+	}
+	for _, d := range []time.Duration{time.Microsecond, 36000*24*time.Hour - time.Second} {
+		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", UniqueKey: d.String(), UniquePeriod: d})
+		require.NoError(t, err, "period %s", d)
+	}
+	require.Equal(t, 2, e.count(`true`))
+}
+
+// Two batches with the same unique keys in opposite orders wait for each
+// other instead of deadlocking: enqueue_jobs takes keys in key order
+// (migration 0023). Made deterministic by a third transaction holding key
+// "c": the first batch (a, c, b) waits on it holding "a" (in input order it
+// would not hold "b" yet), the second (b, a) then waits on the first; when
+// "c" commits, both finish.
+func TestUniqueBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	for _, period := range []time.Duration{0, time.Hour} {
+		t.Run(map[bool]string{true: "period", false: "active"}[period > 0], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, queue.Config{})
+			ctx := context.Background()
+			job := func(key string) queue.NewJob { return queue.NewJob{Kind: "k", UniqueKey: key, UniquePeriod: period} }
+			tx0, err := e.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx0.Rollback(ctx) }()
+			_, err = e.c.EnqueueTx(ctx, tx0, job("c"))
+			require.NoError(t, err)
+			waiting := func(n int) {
+				t.Helper()
+				require.Eventually(t, func() bool {
+					var w int
+					require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%enqueue_jobs%' AND datname = current_database()`).Scan(&w))
+					return w >= n
+				}, 20*time.Second, 10*time.Millisecond, "%d batches waiting", n)
+			}
+			type out struct {
+				res []queue.EnqueueResult
+				err error
+			}
+			first, second := make(chan out, 1), make(chan out, 1)
+			go func() {
+				res, err := e.c.EnqueueMany(ctx, []queue.NewJob{job("a"), job("c"), job("b")})
+				first <- out{res, err}
+			}()
+			waiting(1)
+			go func() {
+				res, err := e.c.EnqueueMany(ctx, []queue.NewJob{job("b"), job("a")})
+				second <- out{res, err}
+			}()
+			waiting(2)
+			require.NoError(t, tx0.Commit(ctx))
+			o1, o2 := <-first, <-second
+			require.NoError(t, o1.err, "first batch")
+			require.NoError(t, o2.err, "second batch")
+			require.True(t, o1.res[1].Duplicate, "c was the third transaction's")
+			require.False(t, o1.res[0].Duplicate)
+			require.False(t, o1.res[2].Duplicate)
+			require.Equal(t, []bool{true, true}, []bool{o2.res[0].Duplicate, o2.res[1].Duplicate}, "a and b were the first batch's")
+			require.Equal(t, o1.res[2].ID, o2.res[0].ID)
+			require.Equal(t, o1.res[0].ID, o2.res[1].ID)
+			require.Less(t, o1.res[0].ID, o1.res[2].ID, "ids in input order")
+			require.Equal(t, 3, e.count(`true`))
+		})
+	}
+}

@@ -49,6 +49,7 @@ func TestScheduleOutsideYearsOneTo9999(t *testing.T) {
 		"enqueue, 7990 y":    `SELECT ARRAY[` + w.fn("enqueue") + `('` + testKind + `', delay => '7990 years')]`,
 		"enqueue with a key": `SELECT ARRAY[` + w.fn("enqueue") + `('` + testKind + `', delay => '300000 years', unique_key => 'k')]`,
 		"enqueue_many":       `SELECT ` + w.fn("enqueue_many") + `('[{"kind": "` + testKind + `", "delay": "300000 years"}]')`,
+		"enqueue_many, two":  `SELECT ` + w.fn("enqueue_many") + `('[{"kind": "` + testKind + `", "delay": "300000 years"}, {"kind": "` + testKind + `"}]')`,
 	} {
 		var ids []int64
 		err := prod.QueryRow(ctx, q).Scan(&ids)
@@ -87,5 +88,25 @@ func TestEnqueueJobsArraysStartAtOne(t *testing.T) {
 		}
 		requireCode(t, err, "PW008")
 	}
+	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+}
+
+// A unique scope, hold or period without a unique key is refused as the Go
+// client refuses it (PW007 on unique_key), nothing written; it was written
+// with the option and no key (migration 0023).
+func TestUniqueOptionsNeedAKey(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	prod := w.producerPool()
+	for _, args := range []string{`$1, unique_period => interval '1 hour'`, `$1, unique_hold => 'pending'`, `$1, unique_scope => 'queue'`,
+		`$1, unique_key => '', unique_scope => 'queue'`} {
+		var id int64
+		err := prod.QueryRow(ctx, `SELECT `+w.fn("enqueue")+`(`+args+`)`, testKind).Scan(&id)
+		requireState(t, err, "PW007", "unique_key", 0, args)
+	}
+	var ids []int64
+	err := prod.QueryRow(ctx, `SELECT `+w.fn("enqueue_many")+`(jsonb_build_array(jsonb_build_object('kind', $1::text), jsonb_build_object('kind', $1::text, 'unique_hold', 'pending')))`,
+		testKind).Scan(&ids)
+	requireState(t, err, "PW007", "unique_key", 1, "enqueue_many")
 	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
 }

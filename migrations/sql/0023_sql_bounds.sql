@@ -105,7 +105,12 @@ $$;
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.one_based(anyarray) FROM PUBLIC;
 
--- enqueue_jobs: migration 0020's, with the arrays' shape checked first.
+-- enqueue_jobs: migration 0020's, with the arrays' shape checked first, a
+-- scope, hold or period without a key refused (PW007 on unique_key; it was
+-- written, the Go client refuses it), each row's check before its
+-- run_after is computed (a delay of 300000 years in a batch raised 22008),
+-- and unique keys taken in key order (two batches with the same keys in
+-- opposite orders deadlocked).
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_jobs(
     kinds          text[],
     payloads       jsonb[]       DEFAULT NULL,
@@ -149,6 +154,8 @@ DECLARE
     got      bigint;
     slot_key text;
     until    timestamptz;
+    o        integer;
+    keyless  integer;
 BEGIN
     IF n = 0 THEN
         ids := '{}';
@@ -162,6 +169,15 @@ BEGIN
             AND {{schema}}.one_based(unique_holds) AND {{schema}}.one_based(unique_periods) AND {{schema}}.one_based(metadatas)) THEN
         RAISE EXCEPTION USING ERRCODE = 'PW008',
             MESSAGE = 'pgwake: enqueue_jobs: every array must be one-dimensional and start at index 1';
+    END IF;
+    IF unique_scopes IS NOT NULL OR unique_holds IS NOT NULL OR unique_periods IS NOT NULL THEN
+        -- A scope, hold or period needs a key, as the Go client says.
+        SELECT pg_catalog.min(s.o) INTO keyless FROM pg_catalog.generate_series(1, n) s(o)
+        WHERE coalesce(unique_keys[s.o], '') = ''
+            AND (unique_scopes[s.o] IS NOT NULL OR unique_holds[s.o] IS NOT NULL OR unique_periods[s.o] IS NOT NULL);
+        IF keyless IS NOT NULL THEN
+            PERFORM {{schema}}.invalid('PW007', keyless, 'unique_key', 'a unique scope, hold or period needs a unique key');
+        END IF;
     END IF;
     IF (payloads IS NOT NULL AND pg_catalog.cardinality(payloads) <> n)
         OR (queues IS NOT NULL AND pg_catalog.cardinality(queues) <> n)
@@ -191,6 +207,13 @@ BEGIN
             PERFORM {{schema}}.valid_job(o, kinds[o], payloads[o], queues[o], run_afters[o], delays[o],
                 priorities[o], attempt_limits[o], unique_keys[o], payload_limit);
             PERFORM {{schema}}.valid_unique(o, unique_scopes[o], unique_holds[o], unique_periods[o]);
+        END LOOP;
+        -- The slots in the order of their names, not the input's: two calls
+        -- with the same keys wait for each other instead of deadlocking.
+        FOR o IN SELECT s.o FROM pg_catalog.generate_series(1, n) s(o)
+                WHERE unique_periods[s.o] IS NOT NULL AND coalesce(unique_keys[s.o], '') <> ''
+                ORDER BY CASE WHEN unique_scopes[s.o] = 'queue' THEN 'queue' || chr(31) || coalesce(queues[s.o], 'default')
+                    ELSE 'kind' || chr(31) || kinds[s.o] END || chr(31) || unique_keys[s.o], s.o LOOP
             slot_key := CASE WHEN unique_scopes[o] = 'queue' THEN 'queue' || chr(31) || coalesce(queues[o], 'default')
                 ELSE 'kind' || chr(31) || kinds[o] END || chr(31) || unique_keys[o];
             got := NULL;
@@ -315,17 +338,18 @@ BEGIN
         -- is checked field by field in queue.NewJob's order. A held unique
         -- key inserts nothing for that input.
         WITH input AS MATERIALIZED (
-            SELECT t.ord::integer AS ord, coalesce(preset[t.ord], pg_catalog.nextval('{{schema}}.jobs_id_seq'::regclass)) AS id,
+            SELECT -- valid first: it raises before run_after's sum can overflow
+                {{schema}}.valid_job(t.ord, t.k, t.p, t.q, t.ra, t.d, t.pr, t.ma, t.uk, payload_limit)
+                    AND (unique_scopes IS NULL AND unique_holds IS NULL AND unique_periods IS NULL
+                        OR {{schema}}.valid_unique(t.ord, t.us, t.uh, t.up)) AS valid,
+                t.ord::integer AS ord, coalesce(preset[t.ord], pg_catalog.nextval('{{schema}}.jobs_id_seq'::regclass)) AS id,
                 coalesce(t.q, 'default') AS queue, t.k AS kind, coalesce(t.p, '{}'::jsonb) AS payload,
                 coalesce(t.pr, 0) AS priority,
                 coalesce(t.ra, pg_catalog.now() + coalesce(t.d, interval '0')) AS run_after,
                 coalesce(t.ma, 5) AS max_attempts, nullif(t.uk, '') AS unique_key,
                 CASE WHEN t.us = 'queue' THEN 'queue' END AS unique_scope,
                 CASE WHEN t.up IS NOT NULL THEN 'period' WHEN t.uh IN ('pending', 'succeeded') THEN t.uh END AS unique_hold,
-                t.md AS metadata,
-                {{schema}}.valid_job(t.ord, t.k, t.p, t.q, t.ra, t.d, t.pr, t.ma, t.uk, payload_limit)
-                    AND (unique_scopes IS NULL AND unique_holds IS NULL AND unique_periods IS NULL
-                        OR {{schema}}.valid_unique(t.ord, t.us, t.uh, t.up)) AS valid
+                t.md AS metadata
             FROM ROWS FROM (pg_catalog.unnest(kinds), pg_catalog.unnest(payloads), pg_catalog.unnest(queues),
                 pg_catalog.unnest(run_afters), pg_catalog.unnest(delays), pg_catalog.unnest(priorities),
                 pg_catalog.unnest(attempt_limits), pg_catalog.unnest(unique_keys),
@@ -342,7 +366,10 @@ BEGIN
                 AND (EXISTS (SELECT 1 FROM {{schema}}.event_watchers w
                         WHERE w.seen_at > pg_catalog.now() - interval '60 seconds')
                     OR pg_catalog.set_config({{events_notify_guc}}, 'queued', true) IS NOT NULL)
-            ORDER BY i.ord
+            -- Keys in one order whatever the input's (ids are the input's):
+            -- two calls with the same keys wait for each other instead of
+            -- deadlocking.
+            ORDER BY i.unique_key, i.kind, i.queue, i.ord
             ON CONFLICT DO NOTHING
             RETURNING j.id, j.queue, j.kind, j.run_after
         ), ev AS (
