@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
@@ -460,11 +461,45 @@ func (cp *completer) flush(ctx context.Context, c *Client, batch []*completion) 
 		ids[i], attempts[i] = cm.id, cm.attempt
 	}
 	marked := map[int64]bool{}
-	err := c.pool.SendBatch(ctx, c.succeedBatch(ids, attempts, marked)).Close()
+	err := c.retryLeaseWrite(ctx, func() error {
+		return c.pool.SendBatch(ctx, c.succeedBatch(ids, attempts, marked)).Close()
+	})
 	for _, cm := range batch {
 		cm.ok, cm.err = marked[cm.id], err
 		close(cm.done)
 	}
+}
+
+// retryLeaseWrite runs write, a leased job's outcome through the pool, and
+// runs it again while it fails on a lost or refused connection (a
+// restarted database, a terminated idle connection of the pool), for up to
+// LeaseDuration: the lease is kept meanwhile by the heartbeat, or has run
+// out, and the write, guarded by the lease (leased_by, attempts, state),
+// then moves nothing. Without it the outcome of a handler that returned
+// during a short outage was lost and the job, once its lease expired, ran
+// again with the attempt counted as failed
+// (TestLeasedOutcomeWrittenAfterALostConnection). A retry after a write
+// that did commit before its connection broke finds the job no longer
+// running: reported as a lost lease, the job's state is right.
+func (c *Client) retryLeaseWrite(ctx context.Context, write func() error) error {
+	err := write()
+	deadline := time.Now().Add(c.cfg.LeaseDuration)
+	for wait := 50 * time.Millisecond; err != nil && retryableWrite(err) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		err = write()
+	}
+	return err
+}
+
+// retryableWrite: the statement failed on its connection, or no
+// connection could be opened.
+func retryableWrite(err error) bool {
+	var ce *pgconn.ConnectError
+	return connectionLost(err) || errors.As(err, &ce)
 }
 
 // failLeased records a failed leased attempt (already counted) by owner (""
@@ -472,7 +507,12 @@ func (cp *completer) flush(ctx context.Context, c *Client, batch []*completion) 
 // ErrLeaseLost.
 func (c *Client) failLeased(ctx context.Context, l *queueLoop, r *attemptResult, owner string) error {
 	j := r.job
-	rec, ok, err := c.writeFailure(ctx, c.pool, c.sql.failLeased, int32(j.Attempt), j, r.err, owner)
+	var rec failRecord
+	var ok bool
+	err := c.retryLeaseWrite(ctx, func() (err error) {
+		rec, ok, err = c.writeFailure(ctx, c.pool, c.sql.failLeased, int32(j.Attempt), j, r.err, owner)
+		return err
+	})
 	switch {
 	case err != nil:
 		l.log.Warn("could not record a leased job's failure; its lease will expire and it will be retried",

@@ -1,0 +1,80 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// A leased handler returns just after the pool's idle connections were
+// terminated (as by a database restart, or an operator): the outcome's
+// first write fails on a dead connection and is written again on a new
+// one, while the lease holds. Before, the outcome was lost: the job, once
+// its lease expired, counted the attempt as failed ("lease expired") and,
+// on its last attempt, ended failed though its handler had succeeded.
+func TestLeasedOutcomeWrittenAfterALostConnection(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "success", true: "failure"}[fail], func(t *testing.T) {
+			t.Parallel()
+			started, proceed := make(chan int64, 1), make(chan struct{})
+			var runs atomic.Int32
+			e := newEnvOwnPool(t, 3, queue.Config{
+				AllowSmallPool: true,
+				Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+				LeasedKinds:    []string{"l"},
+				LeaseDuration:  5 * time.Second,
+				PollInterval:   time.Hour,
+				Handlers: map[string]queue.Handler{"l": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					runs.Add(1)
+					started <- j.ID
+					<-proceed
+					if fail {
+						return errors.New("the handler's own error")
+					}
+					return nil
+				})},
+			})
+			ctx := context.Background()
+			r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "l", MaxAttempts: 1})
+			require.NoError(t, err)
+			e.run()
+			<-started
+			// Every idle connection of the pool dies; pgxpool hands one
+			// out as it is (it pings only those idle over a second).
+			var pids []uint32
+			for _, c := range e.pool.AcquireAllIdle(ctx) {
+				pids = append(pids, c.Conn().PgConn().PID())
+				c.Release()
+			}
+			require.NotEmpty(t, pids)
+			_, err = pgtest.Pool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
+			require.NoError(t, err)
+			close(proceed)
+			want := "succeeded"
+			if fail {
+				want = "failed"
+			}
+			// Read on another pool: the test's own reads must not meet a
+			// dead connection either.
+			row := func() (state, lastErr string) {
+				require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT state::text, coalesce(last_error, '') FROM `+e.table("jobs")+` WHERE id = $1`, r.ID).Scan(&state, &lastErr))
+				return state, lastErr
+			}
+			waitFor(t, 20*time.Second, "the job's outcome", func() bool { st, _ := row(); return st == want })
+			if fail {
+				_, lastErr := row()
+				require.Contains(t, lastErr, "the handler's own error", "the handler's error, not a lease expiry")
+			}
+			require.EqualValues(t, 1, runs.Load(), "the handler ran once")
+		})
+	}
+}
