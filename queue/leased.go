@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,7 +39,15 @@ var errLeaseExpired = errors.New("lease expired: the worker stopped extending it
 type leasedRun struct {
 	attempt int
 	cancel  context.CancelCauseFunc
+	// superseded: this client claimed the job again while this run's
+	// handler ran (its claim, committed without waiting for the WAL flush,
+	// was lost in a database crash): the run is cancelled and writes no
+	// outcome, which the new run's claim would accept as its own.
+	superseded atomic.Bool
 }
+
+// errSuperseded is the cause a superseded run's handler is cancelled with.
+var errSuperseded = fmt.Errorf("%w: the job was claimed again while its handler ran (its claim was lost, as in a database crash)", ErrLeaseLost)
 
 // cancelPrefix starts the payload that tells a job's worker it was
 // cancelled: '!' starts no queue name.
@@ -175,7 +184,12 @@ func (e *earlyCancels) add(id int64, now time.Time) {
 func (c *Client) register(id int64, run *leasedRun) {
 	c.early.mu.Lock()
 	defer c.early.mu.Unlock()
-	c.leases.Store(id, run)
+	if old, ok := c.leases.Swap(id, run); ok && old.(*leasedRun) != run {
+		// The same client claimed the job again while a run of it was
+		// registered (TestLostLeasedClaimCancelsTheFirstRun).
+		old.(*leasedRun).superseded.Store(true)
+		old.(*leasedRun).cancel(errSuperseded)
+	}
 	if at, ok := c.early.ids[id]; ok {
 		delete(c.early.ids, id)
 		if time.Since(at) <= earlyCancelsKept {
@@ -219,7 +233,7 @@ func (c *Client) executeLeased(hardCtx context.Context, b *batch, l *queueLoop) 
 			defer release()
 			c.signals.handlerStarting(cj.job.ID)
 			b.signalStarted() // the handler starts now (handOff)
-			c.runLeased(hardCtx, ctx, l, cj, release)
+			c.runLeased(hardCtx, ctx, l, cj, run, release)
 		}()
 	}
 }
@@ -276,7 +290,7 @@ func (l *queueLoop) freeSlot() {
 // completion (no handler transaction), while fewer than completionBacklog
 // completions wait for theirs: the next job need not wait for this one's
 // commit.
-func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, release func()) {
+func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claimedJob, run *leasedRun, release func()) {
 	j := &cj.job
 	c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
 	// The handler's transaction, begun on its first statement on a
@@ -302,6 +316,17 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	}
 	c.completing(rctx, &r)
 	var werr error
+	if run.superseded.Load() {
+		// The job's new run owns its outcome: write nothing.
+		if jtx.tx != nil {
+			rollback(jtx.tx)
+		}
+		r.err, r.outcome, werr = errSuperseded, outcomeLeaseLost, errSuperseded
+		jtx.giveBack()
+		r.completedWith(werr)
+		c.report(l, r)
+		return
+	}
 	if r.err == nil {
 		if jtx.tx == nil && l.completing.Add(1) <= int64(max(cap(l.slots), completionBacklog)) {
 			release()

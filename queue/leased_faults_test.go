@@ -78,3 +78,54 @@ func TestLeasedOutcomeWrittenAfterALostConnection(t *testing.T) {
 		})
 	}
 }
+
+// A leased claim commits without waiting for the WAL flush, so a database
+// crash can undo it while its handler runs: the job is pending again and
+// this client claims it again, with the same attempt number and owner.
+// The first run is cancelled (ErrLeaseLost) as the second is registered,
+// and its outcome is not written, which the new claim would accept as its
+// own: only the new run completes the job. Before, the first run ran on
+// beside the second, unseen by the heartbeat, and whichever returned first
+// marked the job succeeded. The
+// crash is played by putting the row back as the rolled-back claim left it.
+func TestLostLeasedClaimCancelsTheFirstRun(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	firstCause := make(chan error, 1)
+	second := make(chan struct{})
+	e := newEnv(t, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		LeasedKinds:   []string{"l"},
+		LeaseDuration: 30 * time.Second,
+		PollInterval:  100 * time.Millisecond,
+		Handlers: map[string]queue.Handler{"l": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if runs.Add(1) == 1 {
+				<-ctx.Done()
+				firstCause <- context.Cause(ctx)
+				return nil // claims success: must not be written
+			}
+			<-second
+			return nil
+		})},
+	})
+	ctx := context.Background()
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "l"})
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 20*time.Second, "the first run", func() bool { return runs.Load() == 1 })
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET state = 'pending', attempts = attempts - 1, leased_by = NULL, lease_expires_at = NULL WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+	select {
+	case cause := <-firstCause:
+		require.ErrorIs(t, cause, queue.ErrLeaseLost)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first run was not cancelled when the job was claimed again")
+	}
+	waitFor(t, 10*time.Second, "the first run's outcome reported", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "lease_lost"}) == 1
+	})
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'running' AND attempts = 1`, r.ID), "the first run's success was not written")
+	close(second)
+	waitFor(t, 20*time.Second, "the second run's success", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID) == 1 })
+	require.EqualValues(t, 2, runs.Load())
+}
