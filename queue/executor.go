@@ -512,11 +512,7 @@ func callableError(err error) (out error) {
 // callDone calls the Work hook's done function; a panic in it is logged,
 // not let loose on the worker.
 func (c *Client) callDone(j *Job, done func(error), err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.log.Error("the Work hook's done function panicked", zap.Int64("job_id", j.ID), zap.Any("panic", r))
-		}
-	}()
+	defer c.recoverHook("the Work hook's done function", j.ID)
 	done(err)
 }
 

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Hooks are callbacks around enqueues and attempts (Config.Hooks). Each is
@@ -55,14 +57,39 @@ func (c *Client) hookClaimed(ctx context.Context, b *batch, began time.Time) {
 	for i := range b.jobs {
 		jobs[i] = &b.jobs[i].job
 	}
+	// A panic is logged and the batch goes on: unrecovered, it left the
+	// claim's connection and row locks behind (WorkOne) or ended the
+	// process (TestHookPanicsAreContained).
+	defer c.recoverHook("the Claimed hook", jobs[0].ID)
 	h(ctx, jobs, began)
 }
 
+// recoverHook logs a hook's panic instead of letting it end the worker.
+func (c *Client) recoverHook(what string, jobID int64) {
+	if p := recover(); p != nil {
+		c.log.Error(what+" panicked", zap.Int64("job_id", jobID), zap.Any("panic", p))
+	}
+}
+
 // completing calls the Complete hook, if any, for r's job and keeps its
-// done function in r.
+// done function in r; a panic of either is logged.
 func (c *Client) completing(ctx context.Context, r *attemptResult) {
-	if h := c.cfg.Hooks.Complete; h != nil && r.completed == nil {
-		r.completed = h(ctx, r.job)
+	h := c.cfg.Hooks.Complete
+	if h == nil || r.completed != nil {
+		return
+	}
+	id := r.job.ID
+	var done func(JobState, error)
+	func() {
+		defer c.recoverHook("the Complete hook", id)
+		done = h(ctx, r.job)
+	}()
+	if done == nil {
+		return
+	}
+	r.completed = func(state JobState, err error) {
+		defer c.recoverHook("the Complete hook's done function", id)
+		done(state, err)
 	}
 }
 

@@ -226,3 +226,46 @@ func TestCompleteHookOnLeaseLost(t *testing.T) {
 	require.Len(t, errs, 1)
 	require.ErrorIs(t, errs[0], queue.ErrLeaseLost)
 }
+
+// A panicking Claimed hook, Complete hook or Complete done function is
+// logged and the attempt goes on: before, Claimed's panic under WorkOne
+// left the claim's connection taken and the job's row locked for good, and
+// Complete's ended the worker process.
+func TestHookPanicsAreContained(t *testing.T) {
+	t.Parallel()
+	ok := queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error { return nil })
+	t.Run("Claimed under WorkOne", func(t *testing.T) {
+		t.Parallel()
+		e := newEnvOwnPool(t, 4, queue.Config{AllowSmallPool: true,
+			Handlers: map[string]queue.Handler{"k": ok},
+			Hooks:    queue.Hooks{Claimed: func(context.Context, []*queue.Job, time.Time) { panic("hook bug") }},
+		})
+		ctx := context.Background()
+		r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+		require.NoError(t, err)
+		id, ran, err := e.c.WorkOne(ctx)
+		require.NoError(t, err)
+		require.True(t, ran)
+		require.Equal(t, r.ID, id)
+		require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded'`, r.ID))
+		require.Zero(t, e.pool.Stat().AcquiredConns(), "no connection left taken")
+	})
+	for _, inDone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Complete under Run", true: "Complete's done under Run"}[inDone], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, queue.Config{
+				Queues:   map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+				Handlers: map[string]queue.Handler{"k": ok},
+				Hooks: queue.Hooks{Complete: func(context.Context, *queue.Job) func(queue.JobState, error) {
+					if !inDone {
+						panic("hook bug")
+					}
+					return func(queue.JobState, error) { panic("done bug") }
+				}},
+			})
+			e.run()
+			ids := e.enqueueIDs(queue.NewJob{Kind: "k"}, queue.NewJob{Kind: "k"})
+			waitFor(t, 20*time.Second, "both jobs succeeded", func() bool { return e.count(`id = ANY($1) AND state = 'succeeded'`, ids) == 2 })
+		})
+	}
+}
