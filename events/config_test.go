@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
@@ -118,4 +119,25 @@ func TestSubjectSafe(t *testing.T) {
 		require.Equal(t, want, events.SubjectSafe(in), "SubjectSafe(%q)", in)
 	}
 	require.Equal(t, "pgwake.events.a%2E%2Eb", events.TopicPerQueue("pgwake.events")(events.Event{Queue: "a..b"}))
+}
+
+// A stream made again for its slot on its registry (after Run returned a
+// permanent error, say) shares the metrics already registered: New
+// refused it with a duplicate registration.
+func TestStreamMadeAgainOnItsRegistry(t *testing.T) {
+	pool := pgtest.Pool(t)
+	reg := prometheus.NewRegistry()
+	ps := events.NewGoChannel(nil)
+	defer ps.Close()
+	cfg := events.Config{Schema: "made_again", Publisher: ps, Registerer: reg}
+	_, err := events.New(pool, cfg)
+	require.NoError(t, err)
+	_, err = events.New(pool, cfg)
+	require.NoError(t, err, "a stream made again on its registry")
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, mfs)
+	cfg.Slot = "made_again_other"
+	_, err = events.New(pool, cfg)
+	require.NoError(t, err, "another slot on the same registry")
 }

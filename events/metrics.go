@@ -2,8 +2,11 @@ package events
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgwake/pgwake/internal/promreg"
 )
 
 type metrics struct {
@@ -12,8 +15,28 @@ type metrics struct {
 	reconnects    prometheus.Counter
 	skipped       *prometheus.CounterVec
 	deadLettered  prometheus.Counter
-	lagBytes      prometheus.Collector
-	lagSeconds    prometheus.Collector
+	lagBytes      *lagGauge
+	lagSeconds    *lagGauge
+}
+
+// lagGauge is a gauge measured when scraped by the function of the last
+// stream registered with it: a stream made again on its registry (after
+// Run returned) reports its own lag, not the first stream's.
+type lagGauge struct {
+	desc *prometheus.Desc
+	fn   atomic.Pointer[func() float64]
+}
+
+func newLagGauge(name, help, slot string, fn func() float64) *lagGauge {
+	g := &lagGauge{desc: prometheus.NewDesc(name, help, nil, prometheus.Labels{"slot": slot})}
+	g.fn.Store(&fn)
+	return g
+}
+
+func (g *lagGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *lagGauge) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, (*g.fn.Load())())
 }
 
 // newMetrics registers the stream's metrics; the lag gauges call lagBytes
@@ -46,24 +69,27 @@ func newMetrics(reg prometheus.Registerer, slot string, lagBytes, lagSeconds fun
 			Help:        "Events their topic refused PublishAttempts times and the dead-letter topic took (each is logged with its id).",
 			ConstLabels: labels,
 		}),
-		lagBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "pgwake_events_slot_lag_bytes",
-			Help:        "WAL the slot retains: pg_current_wal_lsn() - confirmed_flush_lsn, measured when scraped.",
-			ConstLabels: labels,
-		}, lagBytes),
-		lagSeconds: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "pgwake_events_slot_lag_seconds",
-			Help:        "Age of the oldest transaction received but not yet published, when scraped (0 when caught up).",
-			ConstLabels: labels,
-		}, lagSeconds),
+		lagBytes: newLagGauge("pgwake_events_slot_lag_bytes",
+			"WAL the slot retains: pg_current_wal_lsn() - confirmed_flush_lsn, measured when scraped.", slot, lagBytes),
+		lagSeconds: newLagGauge("pgwake_events_slot_lag_seconds",
+			"Age of the oldest transaction received but not yet published, when scraped (0 when caught up).", slot, lagSeconds),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.publishErrors, m.reconnects, m.skipped, m.deadLettered, m.lagBytes, m.lagSeconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("events: register metrics: %w", err)
-		}
+	// A stream made again for the slot on its registry shares the
+	// collectors already there (TestStreamMadeAgainOnItsRegistry).
+	err := promreg.RegisterAll(reg, &m.published, &m.skipped)
+	if err == nil {
+		err = promreg.RegisterAll(reg, &m.publishErrors, &m.reconnects, &m.deadLettered)
 	}
+	if err == nil {
+		err = promreg.RegisterAll(reg, &m.lagBytes, &m.lagSeconds)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events: register metrics: %w", err)
+	}
+	m.lagBytes.fn.Store(&lagBytes)
+	m.lagSeconds.fn.Store(&lagSeconds)
 	return m, nil
 }

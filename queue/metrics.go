@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgwake/pgwake/internal/promreg"
@@ -174,6 +176,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) (*metrics, error) {
 		return nil, fmt.Errorf("queue: register metrics: the registry already reports queue depth for schema %q, not %q", depth.schema, c.cfg.Schema)
 	}
 	m.labels = depth.labels
+	depth.pool.Store(c.pool)
 	m.labels.add(c.cfg)
 	return m, nil
 }
@@ -215,7 +218,10 @@ func (m *metrics) observe(j *Job, outcome string, d time.Duration) {
 
 // depthCollector reports queue depth by queue and state at scrape time.
 type depthCollector struct {
-	c      *Client
+	// pool is the last registered client's: a client made again on the
+	// registry (its first pool closed) is scraped through its own pool
+	// (TestRegistryOutlivesTheFirstClientsPool).
+	pool   atomic.Pointer[pgxpool.Pool]
 	schema string
 	desc   *prometheus.Desc
 	sql    string
@@ -225,8 +231,7 @@ type depthCollector struct {
 
 func newDepthCollector(c *Client) *depthCollector {
 	jobs := sqlident.Quote(c.cfg.Schema, "jobs")
-	return &depthCollector{
-		c:      c,
+	d := &depthCollector{
 		schema: c.cfg.Schema,
 		labels: newLabelSet(),
 		desc: prometheus.NewDesc("pgwake_queue_depth",
@@ -242,6 +247,8 @@ SELECT CASE WHEN queue = ANY($1::text[]) THEN queue ELSE $2::text END, state, su
 	SELECT queue, 'failed', count(*) FROM ` + jobs + ` WHERE state = 'failed' GROUP BY 1
 ) d GROUP BY 1, 2`,
 	}
+	d.pool.Store(c.pool)
+	return d
 }
 
 func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
@@ -249,7 +256,7 @@ func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := d.c.pool.Query(ctx, d.sql, d.labels.queueList(), otherLabel)
+	rows, err := d.pool.Load().Query(ctx, d.sql, d.labels.queueList(), otherLabel)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(d.desc, err)
 		return

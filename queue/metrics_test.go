@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 )
@@ -46,4 +47,29 @@ func TestClientsShareARegistry(t *testing.T) {
 	require.ErrorContains(t, err, "already reports queue depth for schema")
 	_, err = queue.New(e.pool, queue.Config{Schema: schema, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
+}
+
+// A client made again on its registry, the first one's pool closed (a
+// reconnect, a test's new client), is scraped through its own pool: the
+// shared depth collector queried the first pool and every scrape failed.
+func TestRegistryOutlivesTheFirstClientsPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool1 := pgtest.NewPool(t, nil)
+	schema := pgtest.SchemaOn(t, pool1)
+	_, err := migrations.Up(ctx, pool1, schema)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	_, err = queue.New(pool1, queue.Config{Schema: schema, Registerer: reg})
+	require.NoError(t, err)
+	pool1.Close()
+	c2, err := queue.New(pgtest.NewPool(t, nil), queue.Config{Schema: schema, Registerer: reg})
+	require.NoError(t, err)
+	_, err = c2.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	_, err = reg.Gather()
+	require.NoError(t, err)
+	n, err := promreg.Sum(reg, "pgwake_queue_depth", "state", "available")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 }
