@@ -116,6 +116,9 @@ func requireEnqueued(t testing.TB, list jobLister, kind string, payload any) int
 		}
 		want = b
 	}
+	if len(want) == 0 { // empty JSON text: {}, as queue.NewJob.Payload takes it
+		want = json.RawMessage("{}")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	match, err := list(ctx, queue.JobListParams{Kind: kind, PayloadContains: want, Limit: 1})

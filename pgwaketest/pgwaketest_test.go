@@ -64,6 +64,8 @@ func TestRequireEnqueued(t *testing.T) {
 	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", nil), "nil matches any payload")
 	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", []byte(`{"template": "welcome"}`)),
 		"[]byte is JSON text, as in queue.NewJob (it was marshalled to base64 and never matched)")
+	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", json.RawMessage("")), "empty JSON text is {}, as in queue.NewJob")
+	require.Equal(t, id, pgwaketest.RequireEnqueued(t, c, "mail", []byte{}), "empty JSON text is {}, as in queue.NewJob")
 	r = &recorder{TB: t}
 	require.Zero(t, pgwaketest.RequireEnqueued(r, c, "mail", `{"template": "welcome"}`))
 	require.Len(t, r.failures, 1)
