@@ -99,7 +99,10 @@ GRANT SELECT ON {{schema}}.events TO {{stream_role}};
 -- owner (SECURITY DEFINER, search_path pinned). The Go client enqueues,
 -- cancels and retries through it. The SQL-only
 -- producer needs no table, sequence or other function privilege: it cannot
--- read, cancel or retry jobs.
+-- read, cancel or retry jobs. It can pass its own payload_limit to
+-- enqueue_one and enqueue_jobs (NULL: no size limit), and a unique key's
+-- enqueue tells it the id of the job holding the key (docs/sql.md,
+-- "Privileges").
 GRANT USAGE ON SCHEMA {{schema}} TO {{sql_producer_role}};
 -- (Migration 0014 recreated the enqueue functions with the unique scope,
 -- hold and period parameters, copying the grants they had. Migration 0021

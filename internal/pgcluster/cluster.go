@@ -367,6 +367,7 @@ func (c *Cluster) writeConf(port int, sockDir, extra string) error {
 	b.WriteString("max_wal_senders = 20\n")
 	b.WriteString("max_replication_slots = 20\n")
 	b.WriteString("max_connections = 200\n")
+	b.WriteString("max_prepared_transactions = 10\n") // the SQL API's two-phase commit test
 	b.WriteString("fsync = off\n")
 	b.WriteString("full_page_writes = off\n")
 	b.WriteString("shared_buffers = 128MB\n")

@@ -2,8 +2,10 @@ package sqlapi_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -109,4 +111,44 @@ func TestUniqueOptionsNeedAKey(t *testing.T) {
 		testKind).Scan(&ids)
 	requireState(t, err, "PW007", "unique_key", 1, "enqueue_many")
 	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+}
+
+// Two-phase commit: PostgreSQL refuses to PREPARE a transaction that sent
+// a NOTIFY, which an enqueue does when a worker is idle on its queue (and
+// always under REPEATABLE READ or SERIALIZABLE). SET LOCAL
+// pgwake.no_notify = on makes the transaction's enqueues send none: it
+// can be prepared and committed, its jobs then found by the workers' poll.
+func TestEnqueueInATwoPhaseCommit(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	var mpt int
+	require.NoError(t, w.admin.QueryRow(ctx, `SELECT current_setting('max_prepared_transactions')::int`).Scan(&mpt))
+	if mpt == 0 {
+		t.Skip("max_prepared_transactions = 0 on this server (the test harness's own cluster sets 10)")
+	}
+	w.startWorker("xa") // idle on the queue: an enqueue notifies
+	conn, err := pgx.Connect(ctx, w.prodURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	exec := func(sql string) error { _, err := conn.Exec(ctx, sql); return err }
+	enqueues := []string{
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', queue => 'xa')`,
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', queue => 'xa', unique_key => 'u1')`,
+		`SELECT ` + w.fn("enqueue_many") + `('[{"kind": "` + testKind + `", "queue": "xa"}, {"kind": "` + testKind + `", "queue": "xa"}]')`,
+	}
+	for i, begin := range []string{`BEGIN`, `BEGIN ISOLATION LEVEL REPEATABLE READ`} {
+		require.NoError(t, exec(begin))
+		require.NoError(t, exec(enqueues[0]))
+		requireCode(t, exec(`PREPARE TRANSACTION 'refused'`), "0A000") // and the transaction is rolled back
+		require.NoError(t, exec(begin))
+		require.NoError(t, exec(`SET LOCAL pgwake.no_notify = on`))
+		for _, e := range enqueues {
+			require.NoError(t, exec(e))
+		}
+		gid := fmt.Sprintf("pgwake_%d", i)
+		require.NoError(t, exec(`PREPARE TRANSACTION '`+gid+`'`), begin)
+		require.NoError(t, exec(`COMMIT PREPARED '`+gid+`'`))
+	}
+	require.Equal(t, 7, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE queue = 'xa'`),
+		"4 jobs in the first prepared transaction, 3 in the second (its unique key's job is the first's)")
 }

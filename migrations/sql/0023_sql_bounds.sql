@@ -13,7 +13,14 @@
 --   starting at another index ('[0:0]={7}') was taken as NULL (the
 --   default) without an error, and a two-dimensional one was flattened.
 --   Now PW008 unless every array is one-dimensional from index 1.
--- {{schema}} is the quoted schema name.
+-- * a transaction that enqueued could not be PREPAREd (two-phase commit,
+--   XA) when the enqueue sent a NOTIFY, which it does whenever a worker is
+--   idle on the queue and always under REPEATABLE READ or SERIALIZABLE.
+--   SET LOCAL pgwake.no_notify = on now makes the enqueues of the
+--   transaction send none (nor take the wake-up's advisory lock): the
+--   workers' poll finds the jobs.
+-- {{schema}} is the quoted schema name, {{wake_channel}} its NOTIFY
+-- channel, {{events_notify_guc}} the name of the setting as a literal.
 
 -- valid_job: migration 0019's, with run_after within years 1 to 9999 and
 -- a delay below 7000 years on the fast path; a longer delay goes to
@@ -301,7 +308,9 @@ BEGIN
             -- each condition is its own expression, evaluated with a
             -- snapshot of its own, so the look at the waiters is taken
             -- after the shared lock is held. one_key is wake_lock_key().
-            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            IF pg_catalog.current_setting('pgwake.no_notify', true) = 'on' THEN
+                notify := false; -- the transaction may be PREPAREd: the workers' poll finds the job
+            ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
                 notify := true;
             ELSIF NOT pg_catalog.pg_try_advisory_xact_lock_shared(one_key) THEN
                 notify := true;
@@ -426,5 +435,92 @@ BEGIN
                 MESSAGE = 'pgwake: enqueue: unique keys kept changing state; gave up after 5 rounds';
         END IF;
     END LOOP;
+END
+$$;
+
+-- wake_needed: migration 0010's, false under pgwake.no_notify.
+CREATE OR REPLACE FUNCTION {{schema}}.wake_needed(q text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('pgwake.no_notify', true) OPERATOR(pg_catalog.=) 'on' THEN
+        RETURN false;
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RETURN true;
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared((SELECT s.salt FROM {{schema}}.wake_salt s)
+            OPERATOR(pg_catalog.#) (pg_catalog.hashtextextended(q, 0::bigint) OPERATOR(pg_catalog.&) 255::bigint)) THEN
+        RETURN true;
+    END IF;
+    RETURN EXISTS (
+        SELECT 1 FROM {{schema}}.waiters w
+        WHERE w.queue OPERATOR(pg_catalog.=) q AND w.idle
+          AND w.heartbeat_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '90 seconds'));
+END
+$$;
+
+-- enqueue_one: migration 0021's, without a wake-up under pgwake.no_notify.
+CREATE OR REPLACE FUNCTION {{schema}}.enqueue_one(
+    kind          text,
+    payload       jsonb       DEFAULT NULL,
+    queue         text        DEFAULT NULL,
+    run_after     timestamptz DEFAULT NULL,
+    delay         interval    DEFAULT NULL,
+    priority      integer     DEFAULT NULL,
+    max_attempts  integer     DEFAULT NULL,
+    metadata      jsonb       DEFAULT NULL,
+    payload_limit integer     DEFAULT 1048576
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    one_id        bigint;
+    one_queue     text;
+    one_run_after timestamptz;
+    one_key       bigint;
+    notify        boolean;
+BEGIN
+    WITH ins AS (
+        INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_after, max_attempts, metadata)
+        SELECT coalesce(enqueue_one.queue, 'default'), enqueue_one.kind, coalesce(enqueue_one.payload, '{}'::jsonb),
+            coalesce(enqueue_one.priority, 0)::smallint,
+            coalesce(enqueue_one.run_after, pg_catalog.now() + coalesce(enqueue_one.delay, interval '0')),
+            coalesce(enqueue_one.max_attempts, 5), enqueue_one.metadata
+        WHERE {{schema}}.valid_job(1, enqueue_one.kind, enqueue_one.payload, enqueue_one.queue, enqueue_one.run_after,
+                enqueue_one.delay, enqueue_one.priority, enqueue_one.max_attempts, NULL, enqueue_one.payload_limit)
+            -- No event watcher: mark the transaction so that the events
+            -- trigger queues no commit-time call (migration 0019).
+            AND (EXISTS (SELECT 1 FROM {{schema}}.event_watchers w
+                    WHERE w.seen_at > pg_catalog.now() - interval '60 seconds')
+                OR pg_catalog.set_config({{events_notify_guc}}, 'queued', true) IS NOT NULL)
+        RETURNING j.id, j.queue, j.kind, j.run_after
+    ), ev AS (
+        INSERT INTO {{schema}}.events (job_id, type, queue, kind, attempt, data)
+        SELECT x.id, 'enqueued', x.queue, x.kind, 0, pg_catalog.jsonb_build_object('run_after', x.run_after) FROM ins x
+    )
+    SELECT x.id, x.queue, x.run_after,
+        (SELECT s.salt FROM {{schema}}.wake_salt s) # (pg_catalog.hashtextextended(x.queue, 0::bigint) & 255::bigint)
+    INTO one_id, one_queue, one_run_after, one_key FROM ins x;
+    -- wake_needed(one_queue), inline, as in enqueue_jobs (migration 0020).
+    IF pg_catalog.current_setting('pgwake.no_notify', true) = 'on' THEN
+        notify := false; -- the transaction may be PREPAREd: the workers' poll finds the job
+    ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        notify := true;
+    ELSIF NOT pg_catalog.pg_try_advisory_xact_lock_shared(one_key) THEN
+        notify := true;
+    ELSE
+        notify := EXISTS (SELECT 1 FROM {{schema}}.waiters w
+            WHERE w.queue = one_queue AND w.idle AND w.heartbeat_at > pg_catalog.now() - interval '90 seconds');
+    END IF;
+    IF notify THEN
+        PERFORM pg_catalog.pg_notify({{wake_channel}}, one_queue || CASE WHEN one_run_after > pg_catalog.clock_timestamp()
+            THEN '|' || pg_catalog.ceil(EXTRACT(epoch FROM one_run_after - pg_catalog.clock_timestamp()) * 1000::numeric)::bigint::text
+            ELSE '' END);
+    END IF;
+    RETURN one_id;
 END
 $$;
