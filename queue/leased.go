@@ -307,6 +307,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	}
 	rctx, rcancel := recordContext(hardCtx)
 	defer rcancel()
+	rctx = context.WithValue(rctx, retryStopKey{}, hardCtx.Done()) // retryLeaseWrite stops at the hard stop
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
 	}
@@ -506,12 +507,17 @@ func (cp *completer) flush(ctx context.Context, c *Client, batch []*completion) 
 // (TestLeasedOutcomeWrittenAfterALostConnection). A retry after a write
 // that did commit before its connection broke finds the job no longer
 // running: reported as a lost lease, the job's state is right.
+// A shutdown past its deadline (the client's hard stop, which ctx carries
+// as retryStopKey) ends the retries, not the first write.
 func (c *Client) retryLeaseWrite(ctx context.Context, write func() error) error {
 	err := write()
 	deadline := time.Now().Add(c.cfg.LeaseDuration)
+	stop, _ := ctx.Value(retryStopKey{}).(<-chan struct{})
 	for wait := 50 * time.Millisecond; err != nil && retryableWrite(err) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
 		select {
 		case <-ctx.Done():
+			return err
+		case <-stop:
 			return err
 		case <-time.After(wait):
 		}
@@ -519,6 +525,10 @@ func (c *Client) retryLeaseWrite(ctx context.Context, write func() error) error 
 	}
 	return err
 }
+
+// retryStopKey carries, in a leased outcome's record context, the channel
+// that ends its write's retries.
+type retryStopKey struct{}
 
 // retryableWrite: the statement failed on its connection, or no
 // connection could be opened.
