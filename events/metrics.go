@@ -27,8 +27,8 @@ type lagGauge struct {
 	fn   atomic.Pointer[func() float64]
 }
 
-func newLagGauge(name, help, slot string, fn func() float64) *lagGauge {
-	g := &lagGauge{desc: prometheus.NewDesc(name, help, nil, prometheus.Labels{"slot": slot})}
+func newLagGauge(desc *prometheus.Desc, fn func() float64) *lagGauge {
+	g := &lagGauge{desc: desc}
 	g.fn.Store(&fn)
 	return g
 }
@@ -69,10 +69,10 @@ func newMetrics(reg prometheus.Registerer, slot string, lagBytes, lagSeconds fun
 			Help:        "Events their topic refused PublishAttempts times and the dead-letter topic took (each is logged with its id).",
 			ConstLabels: labels,
 		}),
-		lagBytes: newLagGauge("pgwake_events_slot_lag_bytes",
-			"WAL the slot retains: pg_current_wal_lsn() - confirmed_flush_lsn, measured when scraped.", slot, lagBytes),
-		lagSeconds: newLagGauge("pgwake_events_slot_lag_seconds",
-			"Age of the oldest transaction received but not yet published, when scraped (0 when caught up).", slot, lagSeconds),
+		lagBytes: newLagGauge(prometheus.NewDesc("pgwake_events_slot_lag_bytes",
+			"WAL the slot retains: pg_current_wal_lsn() - confirmed_flush_lsn, measured when scraped.", nil, labels), lagBytes),
+		lagSeconds: newLagGauge(prometheus.NewDesc("pgwake_events_slot_lag_seconds",
+			"Age of the oldest transaction received but not yet published, when scraped (0 when caught up).", nil, labels), lagSeconds),
 	}
 	if reg == nil {
 		return m, nil
