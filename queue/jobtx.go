@@ -58,6 +58,23 @@ type jobTx struct {
 
 var _ pgx.Tx = (*jobTx)(nil)
 
+// TxFailed reports whether a statement run in tx failed, leaving the
+// transaction aborted: a handler that returns nil then fails its attempt
+// (ErrTxAborted). For a job's tx (or a transaction begun in it) it asks
+// nothing of the database and starts nothing: a tx the handler never used
+// has not failed. For any other pgx.Tx it reads the connection's state.
+func TxFailed(tx pgx.Tx) bool {
+	t, ok := tx.(*jobTx)
+	if !ok {
+		return tx.Conn().PgConn().TxStatus() == 'E'
+	}
+	r := t.root()
+	if r.tx == nil || (r.pool == nil && !r.savepoint) {
+		return false // never used: nothing ran
+	}
+	return r.tx.Conn().PgConn().TxStatus() == 'E'
+}
+
 // root is the job's own jobTx (t, unless t is a nested transaction).
 func (t *jobTx) root() *jobTx {
 	for t.parent != nil {

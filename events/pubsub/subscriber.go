@@ -566,7 +566,7 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	}
 	select {
 	case <-msg.Acked():
-		return nil
+		return sub.acked(htx, job)
 	case <-msg.Nacked():
 		return nacked()
 	case <-sub.ctx.Done():
@@ -579,7 +579,7 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	defer t.Stop()
 	select {
 	case <-msg.Acked():
-		return nil
+		return sub.acked(htx, job)
 	case <-msg.Nacked():
 		if hctx.Err() != nil {
 			return ErrNacked
@@ -592,6 +592,28 @@ func (sub *subscription) handle(hctx context.Context, tx pgx.Tx, job *queue.Job)
 	}
 	return sub.closing(job)
 }
+
+// acked is the outcome of an Ack: nil, the job completes and the
+// handler's writes commit with it. After a statement the handler ran in the
+// message's transaction failed, its writes are lost: the job is cancelled
+// with ErrAckedAfterFailedStatement, not delivered again, as the Ack asks.
+// Before, the queue took the Ack for a failed attempt (ErrTxAborted) and
+// delivered the message again, and a PoisonQueue middleware, which Acks
+// after publishing the poison copy, poisoned it again at every delivery
+// (TestAckAfterAFailedStatement).
+func (sub *subscription) acked(tx pgx.Tx, job *queue.Job) error {
+	if !queue.TxFailed(tx) {
+		return nil
+	}
+	sub.s.log.Info("pgwake: message acked after a statement in its transaction failed; its writes were rolled back and it is not delivered again",
+		watermill.LogFields{"job_id": job.ID, "queue": job.Queue})
+	return queue.Cancel(ErrAckedAfterFailedStatement)
+}
+
+// ErrAckedAfterFailedStatement is the last error of a message's job acked
+// after a statement of its handler failed in the message's transaction
+// (the job ends cancelled).
+var ErrAckedAfterFailedStatement = errors.New("pubsub: the message was acked after a statement in its transaction failed: its writes were rolled back and it is not delivered again")
 
 // closing is the outcome of a delivery that Close cut short. It counts as
 // an attempt, except the last one, which would fail the message for good:
