@@ -55,8 +55,8 @@ const periodicLead = time.Second
 // periodicRetry is how long a schedule waits after a failed tick.
 const periodicRetry = time.Second
 
-// maxMissedSteps bounds the walk over missed cron slots.
-const maxMissedSteps = 1 << 20
+// maxMissedSteps bounds the count of missed cron slots (a log line's).
+const maxMissedSteps = 1 << 14
 
 // maxAhead caps the slots one tick enqueues ahead.
 const maxAhead = 64
@@ -318,6 +318,43 @@ func (c *Client) tickPeriodic(ctx context.Context, r *periodicRun) (time.Duratio
 	}
 }
 
+// latestSlot is the latest slot of s in (cursor, now], which holds one.
+// It looks back from now over windows that double, from a second, so its
+// cost does not grow with the time since cursor: walking forward from
+// cursor stopped at maxMissedSteps far in the past after a long outage (a
+// per-second schedule after 12 days), and the slots after that cap were
+// enqueued as if due (TestLongOutageEnqueuesOneMissedSlot).
+func latestSlot(s schedule, cursor, now time.Time) time.Time {
+	for k := time.Second; ; k *= 2 {
+		from := now.Add(-k)
+		if !from.After(cursor) || k > 1<<62 {
+			from = cursor
+		}
+		if c := s.next(from); !c.IsZero() && !c.After(now) {
+			for {
+				nx := s.next(c)
+				if nx.IsZero() || nx.After(now) {
+					return c
+				}
+				c = nx
+			}
+		}
+		if from.Equal(cursor) {
+			return time.Time{} // none: the caller found one, so not reached
+		}
+	}
+}
+
+// countSlots counts the slots of s in (cursor, last], at most
+// maxMissedSteps (for the log of skipped slots).
+func countSlots(s schedule, cursor, last time.Time) int {
+	n := 0
+	for c := s.next(cursor); !c.IsZero() && !c.After(last) && n < maxMissedSteps; c = s.next(c) {
+		n++
+	}
+	return n
+}
+
 // slotPlan is what a tick writes.
 type slotPlan struct {
 	enqueue []time.Time   // slots whose jobs to enqueue
@@ -338,17 +375,16 @@ func planSlots(s schedule, last *time.Time, now time.Time, skipMissed bool) slot
 		cursor = *last
 		if first := s.next(cursor); !first.IsZero() && !first.After(now) {
 			// Slots passed with no job: take the latest of them.
-			missed, n := first, 1
+			var missed time.Time
+			var n int
 			if e, ok := s.(everySchedule); ok {
 				missed = now.Truncate(e.d)
 				n = int(missed.Sub(cursor) / e.d)
 			} else {
-				for ; n < maxMissedSteps; n++ {
-					nx := s.next(missed)
-					if nx.IsZero() || nx.After(now) {
-						break
-					}
-					missed = nx
+				missed = latestSlot(s, cursor, now)
+				n = countSlots(s, cursor, missed)
+				if missed.IsZero() { // not reached: first is one
+					missed, n = first, 1
 				}
 			}
 			if skipMissed {

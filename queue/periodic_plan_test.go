@@ -70,3 +70,38 @@ func TestPeriodicSlotsAcrossDST(t *testing.T) {
 	require.Equal(t, 2, slots("2026-03-28T00:00:00Z", 72), "02:30 does not exist on 29 March in Paris")
 	require.Equal(t, 4, slots("2026-10-24T00:00:00Z", 72), "02:30 happens twice on 25 October in Paris")
 }
+
+// After an outage of weeks, a per-second cron schedule enqueues its latest
+// missed slot once (none with SkipMissed) and then only slots to come: the
+// forward walk over missed slots stopped at its cap 12 days back, and the
+// 64 slots after the cap were enqueued as if due, tick after tick.
+func TestLongOutageEnqueuesOneMissedSlot(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"* * * * * *", "*/5 * * * * *", "0 0 1 * *"} {
+		s, err := parseSchedule(spec)
+		require.NoError(t, err)
+		now := time.Date(2026, 6, 1, 12, 0, 0, 500_000_000, time.UTC)
+		for _, skip := range []bool{false, true} {
+			last := now.Add(-90 * 24 * time.Hour).Truncate(time.Second)
+			past := 0
+			for range 10 {
+				p := planSlots(s, &last, now, skip)
+				if p.newLast.IsZero() {
+					break
+				}
+				for _, sl := range p.enqueue {
+					require.False(t, sl.After(now.Add(periodicLead)), "%s: slot %s beyond the lead", spec, sl)
+					if !sl.After(now) {
+						past++
+					}
+				}
+				last = p.newLast
+			}
+			want := 1
+			if skip {
+				want = 0
+			}
+			require.Equal(t, want, past, "%s, SkipMissed %v: missed slots enqueued", spec, skip)
+		}
+	}
+}
