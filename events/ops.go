@@ -219,7 +219,9 @@ const DefaultPruneBatch = 10000
 // statement, each statement deleting what qualifies in its window and
 // probing the job of each old event by primary key, so a statement's cost
 // does not depend on the log's size. The log is appended in time order: it
-// stops after the first window that holds an event at or after cutoff.
+// stops after the first window that holds an event at or after cutoff. A
+// window the server cancels (a role's statement_timeout) is retried at half
+// its size, down to one event, and the size grows back after each window.
 func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff time.Time, batch int) (int64, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return 0, err
@@ -229,11 +231,20 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 	}
 	q := deleteBeforeSQL(sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs"))
 	var total, after int64
+	size := batch
 	for {
 		var last *int64
 		var deleted int64
 		var done bool
-		if err := pool.QueryRow(ctx, q, cutoff, after, batch).Scan(&last, &deleted, &done); err != nil {
+		if err := pool.QueryRow(ctx, q, cutoff, after, size).Scan(&last, &deleted, &done); err != nil {
+			var pe *pgconn.PgError
+			if ctx.Err() == nil && size > 1 && errors.As(err, &pe) && pe.Code == "57014" {
+				// Cancelled by the server (a role's statement_timeout):
+				// the same window at half the size, as jobs retention does
+				// (TestDeleteBeforeUnderAStatementTimeout).
+				size /= 2
+				continue
+			}
 			return total, fmt.Errorf("events: retention delete: %w", err)
 		}
 		total += deleted
@@ -241,6 +252,7 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 			return total, nil
 		}
 		after = *last
+		size = min(size*2, batch) // grows back after a window that passed
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -68,4 +69,32 @@ func TestDeleteBeforeIsFlatInTheLog(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE job_id = 5000) FROM `+events).Scan(&kept, &pending))
 	require.Equal(t, 100000+200, kept)
 	require.Equal(t, 100+200, pending, "the pending job keeps its history")
+}
+
+// Under a role's statement_timeout of 50 ms, a prune whose windows take
+// longer is retried at half the size and deletes everything: it returned
+// the first cancel (57014) and deleted nothing, at every run.
+func TestDeleteBeforeUnderAStatementTimeout(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, nil)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	jobs, evs := sqlident.Quote(schema, "jobs"), sqlident.Quote(schema, "events")
+	_, err = pool.Exec(ctx, `INSERT INTO `+jobs+` (id, queue, kind, state, finished_at)
+		SELECT i, 'q', 'k', 'succeeded', now() - interval '30 days' FROM generate_series(1, 1000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+evs+` (job_id, type, queue, kind, attempt, at)
+		SELECT i % 2000, 'enqueued', 'q', 'k', 0, now() - interval '30 days' + i * interval '1 millisecond'
+		FROM generate_series(1, 200000) i`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+jobs+`; ANALYZE `+evs)
+	require.NoError(t, err)
+	slow := pgtest.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "50ms" })
+	n, err := DeleteBefore(ctx, slow, schema, time.Now().Add(-24*time.Hour), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 200000, n)
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+evs).Scan(&left))
+	require.Zero(t, left)
 }
