@@ -289,3 +289,49 @@ func TestCancelWaitsForAWorkerThatMissesTheNotification(t *testing.T) {
 	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, res.ID))
 	require.Equal(t, []queue.EventType{queue.EventEnqueued, queue.EventSucceeded}, e.eventTypes(res.ID))
 }
+
+// Notifications are hints: a worker that gets none (its LISTEN connection
+// cannot connect) finds every job at its next poll, each within about one
+// PollInterval of its commit, and counts those claims as source="poll"
+// (docs/semantics.md, "Notifications are hints").
+func TestLostNotificationsCostAtMostAPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const poll = 200 * time.Millisecond
+	started := make(chan time.Time, 10)
+	e := newEnv(t, queue.Config{})
+	cc := e.pool.Config().ConnConfig.Copy()
+	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.ConnectTimeout = 100 * time.Millisecond
+	worker := newEnvOn(t, e.pool, e.schema, queue.Config{
+		Queues:             map[string]queue.QueueConfig{"default": {}},
+		PollInterval:       poll,
+		ListenerConnConfig: cc,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			started <- time.Now()
+			return nil
+		})},
+	})
+	worker.run()
+	time.Sleep(2 * poll) // the worker is idle, sleeping its poll
+	var waits []time.Duration
+	for i := range 5 {
+		time.Sleep(poll/3 + time.Duration(i)*poll/7) // at varied points of the poll's cycle
+		res, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "k"})
+		require.NoError(t, err)
+		committed := time.Now()
+		select {
+		case at := <-started:
+			waits = append(waits, at.Sub(committed))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("job %d not run", res.ID)
+		}
+	}
+	t.Logf("waits from commit to start, poll %s: %v", poll, waits)
+	for _, w := range waits {
+		// One poll interval, plus a second for a loaded machine.
+		require.Less(t, w, poll+time.Second)
+	}
+	require.GreaterOrEqual(t, worker.metric("pgwake_worker_claims_total", map[string]string{"source": "poll"}), 1.0,
+		"claims found by the poll are counted as such")
+}
