@@ -33,7 +33,10 @@ func TestMigrateDoesNotStallTheQueueBehindALongTransaction(t *testing.T) {
 	require.NoError(t, err)
 	_, err = long.Exec(ctx, enqueue)
 	require.NoError(t, err)
-	ended := time.AfterFunc(2*time.Second, func() { _ = long.Commit(ctx) })
+	// Ends after migrate's fourth try and before its fifth (tries of
+	// 500 ms, pauses of 250, 500, 1,000 and 2,000 ms: the fifth begins
+	// at about 5.75 s).
+	ended := time.AfterFunc(5*time.Second, func() { _ = long.Commit(ctx) })
 	defer ended.Stop()
 
 	upDone := make(chan error, 1)
@@ -45,7 +48,9 @@ func TestMigrateDoesNotStallTheQueueBehindALongTransaction(t *testing.T) {
 	t0 := time.Now()
 	_, err = pool.Exec(ctx, enqueue)
 	require.NoError(t, err)
-	require.Less(t, time.Since(t0), 2*time.Second, "the enqueue did not wait for the long transaction behind migrate's lock")
+	// Without the bound it would wait about 4.5 s, for the long
+	// transaction; with it, at most one try of 500 ms (and a margin).
+	require.Less(t, time.Since(t0), 1500*time.Millisecond, "the enqueue did not wait for the long transaction behind migrate's lock")
 	require.NoError(t, <-upDone, "applied once the transaction ended")
 	st, err := migrations.StatusOf(ctx, pool, schema)
 	require.NoError(t, err)
