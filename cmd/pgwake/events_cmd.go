@@ -20,6 +20,7 @@ import (
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/amqpbridge"
 	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/termsafe"
 )
 
 func init() {
@@ -137,7 +138,7 @@ func (p *linePublisher) Publish(_ string, msgs ...*message.Message) error {
 			}
 			p.lsn, p.id = lsn, id
 		}
-		if _, err := p.w.Write(m.Payload); err != nil {
+		if _, err := termsafe.JSON(p.w).Write(m.Payload); err != nil { // one event per Write
 			return err
 		}
 		if err := p.w.WriteByte('\n'); err != nil {
@@ -330,12 +331,13 @@ func eventsReplay(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer pool.Close()
 	w := bufio.NewWriter(env.stdout)
+	jw := termsafe.JSON(w) // one event per Write
 	err = events.Read(ctx, pool, env.schema, events.From{AfterID: *afterID, Since: t}, func(e events.Event) error {
 		b, err := events.Encode(e)
 		if err != nil {
 			return err
 		}
-		if _, err := w.Write(b); err != nil {
+		if _, err := jw.Write(b); err != nil {
 			return err
 		}
 		return w.WriteByte('\n')
@@ -405,7 +407,7 @@ func printSlots(w io.Writer, slots []events.SlotInfo, asJSON bool) error {
 		for _, s := range slots {
 			rows = append(rows, row{s.Name, s.Plugin, s.Database, s.Temporary, s.Active, s.ActivePID, s.ConfirmedFlush.String(), s.LagBytes, s.WALStatus})
 		}
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(termsafe.JSON(w))
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}

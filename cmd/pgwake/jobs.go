@@ -178,7 +178,7 @@ func jobsList(ctx context.Context, env *cliEnv, args []string) error {
 		list = append(list, jobRow{JobInfo: j})
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
+		enc := json.NewEncoder(termsafe.JSON(env.stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(list)
 	}
@@ -242,7 +242,7 @@ func jobsShow(ctx context.Context, env *cliEnv, args []string) error {
 		j = jobRow{JobInfo: queue.JobInfo{ID: id, Queue: j.Events[0].Queue, Kind: j.Events[0].Kind}, Events: j.Events}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
+		enc := json.NewEncoder(termsafe.JSON(env.stdout))
 		enc.SetIndent("", "  ")
 		if deleted {
 			return enc.Encode(deletedJob{ID: j.ID, Queue: j.Queue, Kind: j.Kind, Deleted: true, Events: j.Events})

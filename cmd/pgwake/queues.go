@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pgwake/pgwake/internal/termsafe"
 	"github.com/pgwake/pgwake/queue"
 )
 
@@ -123,7 +124,7 @@ func printQueuesJSON(env *cliEnv, qs []queue.QueueState) error {
 		}
 		out.Queues = append(out.Queues, r)
 	}
-	return json.NewEncoder(env.stdout).Encode(out)
+	return json.NewEncoder(termsafe.JSON(env.stdout)).Encode(out)
 }
 
 // printQueues prints queues list as a table.
@@ -139,7 +140,7 @@ func printQueues(env *cliEnv, qs []queue.QueueState) error {
 		if q.Paused {
 			state, since = "paused", q.PausedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", q.Queue, state, since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", termsafe.Text(q.Queue, false), state, since)
 	}
 	return tw.Flush()
 }
@@ -192,7 +193,7 @@ func runPeriodic(ctx context.Context, env *cliEnv, args []string) error {
 		for _, s := range list {
 			out.Schedules = append(out.Schedules, row{s.Name, s.Spec, s.Kind, s.Queue, stamp(s.LastSlot), stamp(s.NextSlot)})
 		}
-		return json.NewEncoder(env.stdout).Encode(out)
+		return json.NewEncoder(termsafe.JSON(env.stdout)).Encode(out)
 	}
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(env.stdout, "no periodic schedules")

@@ -99,7 +99,7 @@ func runStats(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		if *asJSON {
-			if err := json.NewEncoder(env.stdout).Encode(statsDoc{Queues: st}); err != nil {
+			if err := json.NewEncoder(termsafe.JSON(env.stdout)).Encode(statsDoc{Queues: st}); err != nil {
 				return err
 			}
 		} else {

@@ -1,6 +1,8 @@
 package termsafe_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,4 +25,18 @@ func TestText(t *testing.T) {
 	} {
 		require.Equal(t, c.want, termsafe.Text(c.in, c.lines), "%q", c.in)
 	}
+}
+
+// JSON output keeps its meaning and loses its terminal controls: DEL and
+// C1 (CSI, U+009B) become \u escapes, which json.Encoder leaves raw.
+func TestJSONEscapesWhatTheEncoderLeaves(t *testing.T) {
+	var b strings.Builder
+	in := map[string]string{"a": "x\u009b2J\x7fé\u00a0z", "\u0085k": "\x1b["}
+	require.NoError(t, json.NewEncoder(termsafe.JSON(&b)).Encode(in))
+	out := b.String()
+	require.False(t, strings.ContainsAny(out, "\x1b\x7f\u0085\u009b"), "%q", out)
+	var back map[string]string
+	require.NoError(t, json.Unmarshal([]byte(out), &back))
+	require.Equal(t, in, back, "the same JSON")
+	require.Contains(t, out, "é\u00a0z", "other characters stay as they are")
 }
