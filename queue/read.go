@@ -202,16 +202,30 @@ func (c *Client) JobListTx(ctx context.Context, tx pgx.Tx, p JobListParams) (Job
 	return c.jobList(ctx, tx, p)
 }
 
+// ceilMicrosecond rounds t up to a whole microsecond.
+func ceilMicrosecond(t time.Time) time.Time {
+	u := t.Truncate(time.Microsecond)
+	if u.Before(t) {
+		u = u.Add(time.Microsecond)
+	}
+	return u
+}
+
 func (c *Client) jobList(ctx context.Context, q querier, p JobListParams) (JobListPage, error) {
 	if err := p.validate(); err != nil {
 		return JobListPage{}, err
 	}
+	// created_at counts microseconds, and pgx truncates a bound to them:
+	// at or after X, and before X, are at or after, and before, X rounded
+	// up (TestCreatedBoundsBelowAMicrosecond).
 	var after, before *time.Time
 	if !p.CreatedAfter.IsZero() {
-		after = &p.CreatedAfter
+		a := ceilMicrosecond(p.CreatedAfter)
+		after = &a
 	}
 	if !p.CreatedBefore.IsZero() {
-		before = &p.CreatedBefore
+		b := ceilMicrosecond(p.CreatedBefore)
+		before = &b
 	}
 	var contains *string
 	if p.PayloadContains != nil {
@@ -446,15 +460,16 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 		return nil, fmt.Errorf("queue: stats: %w", c.notMigrated(err))
 	}
 	var succeededTotal int64
-	due := map[string]int64{} // pending rows due, held attempts included
+	due := map[string]int64{}  // pending rows due, held attempts included
+	held := map[string]int64{} // held attempts in flight
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueStat, error) {
 		var s QueueStat
-		var d, leased, held int64
+		var d, leased, h int64
 		var oldest *float64
-		err := r.Scan(&s.Queue, &d, &s.Scheduled, &leased, &held, &s.Failed, &s.SucceededLastMinute, &oldest, &s.Paused)
-		due[s.Queue] = d
-		s.Pending = max(d-held, 0)
-		s.Running = leased + held
+		err := r.Scan(&s.Queue, &d, &s.Scheduled, &leased, &h, &s.Failed, &s.SucceededLastMinute, &oldest, &s.Paused)
+		due[s.Queue], held[s.Queue] = d, h
+		s.Pending = max(d-h, 0)
+		s.Running = leased + h
 		if oldest != nil {
 			s.OldestPendingAgeSec = max(*oldest, 0)
 		}
@@ -472,11 +487,14 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 				n     *int64
 				over  bool
 				query string
+				minus int64 // rows the estimate counts that n does not
 			}{
-				{"pending", &s.Pending, due[s.Queue] > int64(limit), c.sql.read.estimatePending},
-				{"scheduled", &s.Scheduled, s.Scheduled > int64(limit), c.sql.read.estimateScheduled},
-				{"failed", &s.Failed, s.Failed > int64(limit), c.sql.read.estimateFailed},
-				{"succeeded_last_minute", &s.SucceededLastMinute, succeededTotal > int64(limit), c.sql.read.estimateSucceeded},
+				// Pending leaves out the held attempts, which the due count
+				// (counted up to the limit plus them) and the estimate hold.
+				{"pending", &s.Pending, due[s.Queue]-held[s.Queue] > int64(limit), c.sql.read.estimatePending, held[s.Queue]},
+				{"scheduled", &s.Scheduled, s.Scheduled > int64(limit), c.sql.read.estimateScheduled, 0},
+				{"failed", &s.Failed, s.Failed > int64(limit), c.sql.read.estimateFailed, 0},
+				{"succeeded_last_minute", &s.SucceededLastMinute, succeededTotal > int64(limit), c.sql.read.estimateSucceeded, 0},
 			} {
 				if !e.over {
 					continue
@@ -485,7 +503,7 @@ func (c *Client) QueueStats(ctx context.Context, p QueueStatsParams) ([]QueueSta
 				if err != nil {
 					return nil, err
 				}
-				*e.n = max(est, *e.n)
+				*e.n = max(est-e.minus, *e.n)
 				s.Estimated = append(s.Estimated, e.name)
 			}
 		}

@@ -568,3 +568,60 @@ func TestQueueStatsSkipSucceededAndEventsPerSecond(t *testing.T) {
 		{Queue: "rb", Second: base.Unix() + 1, Count: 1},
 	}, got)
 }
+
+// Held attempts in flight are Running, not Pending: a due count of 6 below
+// the exact limit of 10, with 5 jobs held, is exact (it was flagged an
+// estimate and grew to 16: the held jobs were in the count the limit was
+// checked on and in the estimate); and the oldest pending age is that of a
+// job still waiting, not of one whose handler runs .
+func TestQueueStatsLeaveOutHeldAttempts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	var ids []int64
+	for range 11 {
+		r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "h", Kind: "k", RunAfter: time.Now().Add(-time.Hour)})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	// Five of them are being run by a held claim (its attempt records), and
+	// the six others were enqueued just now.
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+e.table("attempts")+` (job_id, queue, attempt, batch, client_id)
+		SELECT id, 'h', 1, 5, 'x' FROM unnest($1::bigint[]) id`, ids[:5])
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.table("jobs")+` SET run_after = now() WHERE id = ANY($1)`, ids[5:])
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `ANALYZE `+e.table("jobs"))
+	require.NoError(t, err)
+	exact, err := e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: -1})
+	require.NoError(t, err)
+	require.Len(t, exact, 1)
+	require.EqualValues(t, 6, exact[0].Pending)
+	require.EqualValues(t, 5, exact[0].Running)
+	require.Less(t, exact[0].OldestPendingAgeSec, 60.0, "the held jobs, due an hour ago, are not the oldest waiting")
+	capped, err := e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: 10})
+	require.NoError(t, err)
+	require.Len(t, capped, 1)
+	require.EqualValues(t, 6, capped[0].Pending)
+	require.Empty(t, capped[0].Estimated, "every count is within the limit")
+	over, err := e.c.QueueStats(ctx, queue.QueueStatsParams{ExactLimit: 3})
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending"}, over[0].Estimated)
+	require.GreaterOrEqual(t, over[0].Pending, int64(4), "above the limit")
+	require.LessOrEqual(t, over[0].Pending, int64(8), "an estimate without the held jobs (11 rows, 5 held)")
+}
+
+// Created bounds finer than the microsecond created_at keeps: at or after,
+// and before, a time half a microsecond after a job's creation.
+func TestCreatedBoundsBelowAMicrosecond(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Queue: "c", Kind: "k"})
+	require.NoError(t, err)
+	j, err := e.c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	half := j.CreatedAt.Add(500 * time.Nanosecond)
+	require.Equal(t, []int64{r.ID}, listIDs(t, e.c, queue.JobListParams{CreatedBefore: half}), "created before it")
+	require.Empty(t, listIDs(t, e.c, queue.JobListParams{CreatedAfter: half}), "not created at or after it")
+}

@@ -118,8 +118,10 @@ ON CONFLICT (id) DO UPDATE SET seen_at = clock_timestamp()`,
 // statsSQL counts per queue without reading every pending row: the pending
 // (queue, priority) pairs are found by a loose scan of the claim index, and
 // each pair's due and scheduled jobs are two ranges of that index
-// (queue, priority, run_after), counted up to $1 rows each. The oldest due
-// job is the first entry of each pair's range. Failed jobs: a loose scan of
+// (queue, priority, run_after), counted up to $1 rows each (due: $1 plus
+// the queue's held attempts, which it holds and Running counts). The
+// oldest due job is the first entry of each pair's range not held by an
+// attempt in flight. Failed jobs: a loose scan of
 // the failed index, counted up to $1 per queue; recently succeeded ones: a
 // range of the finished index, up to $1 rows (left out without
 // succeeded). Running: the leased jobs (lease index) and the attempt
@@ -143,11 +145,14 @@ WITH RECURSIVE qp AS (
 ), pend AS (
 	SELECT qp.queue,
 		(SELECT count(*) FROM (SELECT 1 FROM ` + jobs + ` j WHERE j.state = 'pending' AND j.queue = qp.queue
-			AND j.priority = qp.priority AND j.run_after <= now() LIMIT $1::int) c) AS due,
+			AND j.priority = qp.priority AND j.run_after <= now()
+			LIMIT $1::int + (SELECT count(*) FROM ` + attempts + ` a WHERE a.queue = qp.queue)::int) c) AS due,
 		(SELECT count(*) FROM (SELECT 1 FROM ` + jobs + ` j WHERE j.state = 'pending' AND j.queue = qp.queue
 			AND j.priority = qp.priority AND j.run_after > now() LIMIT $1::int) c) AS later,
 		(SELECT j.run_after FROM ` + jobs + ` j WHERE j.state = 'pending' AND j.queue = qp.queue
-			AND j.priority = qp.priority ORDER BY j.run_after LIMIT 1) AS first_run
+			AND j.priority = qp.priority
+			AND NOT EXISTS (SELECT 1 FROM ` + attempts + ` a WHERE a.job_id = j.id)
+			ORDER BY j.run_after LIMIT 1) AS first_run
 	FROM qp
 ), fq AS (
 	(SELECT queue FROM ` + jobs + ` WHERE state = 'failed' ORDER BY queue LIMIT 1)
