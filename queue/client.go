@@ -73,6 +73,9 @@ type Client struct {
 	warmTimeout time.Duration
 	// handOff replaces the const handOff when set (tests).
 	handOff time.Duration
+	// recordTimeout replaces recordTimeout when set (tests of batches that
+	// outlast it).
+	recordTimeout time.Duration
 }
 
 // MinPoolConns is the fewest connections cfg's workers need from the pool:

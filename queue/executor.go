@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,8 +29,8 @@ const recordTimeout = 30 * time.Second
 
 // recordContext is the context outcomes are recorded on: it outlives a
 // cancelled hardCtx by up to recordTimeout.
-func recordContext(hardCtx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(hardCtx), recordTimeout)
+func (c *Client) recordContext(hardCtx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(hardCtx), cmp.Or(c.recordTimeout, recordTimeout))
 }
 
 // attemptResult is one attempt's outcome.
@@ -74,7 +75,7 @@ func (c *Client) execute(hardCtx context.Context, b *batch, l *queueLoop) {
 
 func (c *Client) executeBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 	defer c.untrack(b)
-	rctx, cancel := recordContext(hardCtx)
+	rctx, cancel := c.recordContext(hardCtx)
 	defer cancel()
 	level, count := nextIsolation(b.lost, &b.jobs[0].job)
 	if count {
@@ -98,7 +99,7 @@ func (c *Client) executeBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 		l.wake(sourceReleased, 0)
 		return
 	}
-	run := c.runJobs(hardCtx, rctx, b, l, recorded)
+	run := c.runJobs(hardCtx, b, l, recorded)
 	unstarted := b.stop()
 	if err := recorded(); err != nil {
 		// The handlers ran unprotected: had the worker died, their attempts
@@ -107,6 +108,12 @@ func (c *Client) executeBatch(hardCtx context.Context, b *batch, l *queueLoop) {
 		// The record may have committed with its answer lost: look for it.
 		time.AfterFunc(time.Second, func() { l.wake(sourceReleased, 0) })
 	}
+	// The completion's own budget, from now: the batch's handlers may
+	// have run longer than recordTimeout, and a context made before them
+	// failed the commit of every batch that did, its attempts uncounted
+	// (TestHeldBatchLongerThanTheRecordTimeout).
+	cancel()
+	rctx, cancel = c.recordContext(hardCtx)
 	if run.broken == nil {
 		if len(unstarted) == 0 && b.freeSlot != nil && allSucceeded(run.results) {
 			// Every claimed job ran and succeeded: the next claim starts
@@ -163,7 +170,7 @@ func allSucceeded(rs []attemptResult) bool {
 // A failure is recorded only after the attempt records are: the failure
 // deletes its job's record, and a record committed after that delete would
 // look like a lost attempt.
-func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, recorded func() error) batchRun {
+func (c *Client) runJobs(hardCtx context.Context, b *batch, l *queueLoop, recorded func() error) batchRun {
 	var run batchRun
 	hctx := context.WithValue(hardCtx, batchKey{}, b)
 	start := time.Now()
@@ -177,7 +184,7 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		cj := &b.jobs[i]
 		j := &cj.job
 		c.metrics.wait.WithLabelValues(j.Queue).Observe(cj.wait.Seconds())
-		jtx := &jobTx{tx: b.tx, batch: b}
+		jtx := &jobTx{tx: b.tx, batch: b, idle: c.claimIdleTimeout}
 		jctx, stop := context.WithCancelCause(hctx)
 		c.signals.handlerStarting(j.ID)
 		b.running(j.ID, stop)
@@ -192,16 +199,33 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 		run.wrote = run.wrote || jtx.savepoint
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
+		// What follows a handler has a record budget of its own, from now.
+		rctx, rcancel := c.recordContext(hardCtx)
 		// For the batch's next handlers and its completion; a failed
 		// handler's settings roll back with its savepoint.
 		b.check(jtx.afterHandler(rctx, herr == nil))
 		b.discard = b.discard || jtx.discard
+		if b.conn.Conn().IsClosed() {
+			// The connection died while this handler had it (it closed
+			// it, ended its backend, or the session was killed): the
+			// attempt failed, and the batch's transaction is gone. Found
+			// by the next handler's statement instead, the neighbour was
+			// blamed (TestNeighbourNotBlamedForABrokenConnection).
+			r.err = errConnectionLost
+			if herr != nil {
+				r.err = fmt.Errorf("%w (handler error: %w)", errConnectionLost, herr)
+			}
+			rcancel()
+			run.broken, run.culprit = errConnectionLost, &r
+			return run
+		}
 		switch b.conn.Conn().PgConn().TxStatus() {
 		case 'I':
 			r.err = ErrTxEnded
 			if herr != nil {
 				r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
 			}
+			rcancel()
 			run.broken, run.culprit = ErrTxEnded, &r
 			return run
 		case 'E':
@@ -216,14 +240,28 @@ func (c *Client) runJobs(hardCtx, rctx context.Context, b *batch, l *queueLoop, 
 			c.completing(rctx, &r)
 			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
 				b.check(err)
+				rcancel()
+				if connectionLost(err) {
+					// The session died between handlers (a timeout a
+					// handler set, an operator): who broke it is not
+					// known, so every job runs again alone.
+					run.results = append(run.results, r)
+					run.broken = err
+					return run
+				}
 				run.broken, run.culprit = err, &r
 				return run
 			}
 		}
+		rcancel()
 		run.results = append(run.results, r)
 	}
 	return run
 }
+
+// errConnectionLost fails the attempt of a handler whose claim connection
+// died while it ran.
+var errConnectionLost = errors.New("the claim transaction's connection was lost while the handler ran (closed, or its backend ended)")
 
 // failInTx rolls back the handler's writes (if it made any) and records the
 // failed attempt in the claim transaction, which keeps the job locked.

@@ -10,6 +10,10 @@ import (
 // how loaded the machine is. Call it before Run or Start.
 func SetWarmPoolTimeout(c *Client, d time.Duration) { c.warmTimeout = d }
 
+// SetRecordTimeout bounds c's statements that record outcomes by d
+// instead of recordTimeout. Call it before Run or Start.
+func SetRecordTimeout(c *Client, d time.Duration) { c.recordTimeout = d }
+
 // SetHandOff bounds c's wait for a wake-up's job to start (handOff) by d.
 // Call it before Run or Start.
 func SetHandOff(c *Client, d time.Duration) { c.handOff = d }

@@ -54,6 +54,9 @@ type jobTx struct {
 	// role: the role the transaction ran as before the handler's first
 	// statement that may change it (saw), nil if none did.
 	role *string
+	// idle: the claim's idle_in_transaction_session_timeout, which
+	// afterHandler restores with the others ("": the default).
+	idle string
 }
 
 var _ pgx.Tx = (*jobTx)(nil)
@@ -158,7 +161,7 @@ func (t *jobTx) afterHandler(ctx context.Context, succeeded bool) error {
 		}
 	}
 	if t.restore && succeeded && conn.PgConn().TxStatus() == 'T' {
-		_, err := t.tx.Exec(ctx, restoreSettings(t.role))
+		_, err := t.tx.Exec(ctx, restoreSettings(t.role, t.idle))
 		return err
 	}
 	return nil

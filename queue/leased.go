@@ -249,7 +249,7 @@ func (c *Client) startLeased(hardCtx context.Context, b *batch, l *queueLoop) ma
 		return started
 	}
 	ids := b.ids()
-	rctx, cancel := recordContext(hardCtx)
+	rctx, cancel := c.recordContext(hardCtx)
 	pb := &pgx.Batch{}
 	pb.Queue(c.sql.startLeased, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id).Query(func(rows pgx.Rows) error {
 		return collectIDs(rows, started)
@@ -305,7 +305,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	if herr != nil && errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		r.err = fmt.Errorf("%w: %w", ErrLeaseLost, herr)
 	}
-	rctx, rcancel := recordContext(hardCtx)
+	rctx, rcancel := c.recordContext(hardCtx)
 	defer rcancel()
 	rctx = context.WithValue(rctx, retryStopKey{}, hardCtx.Done()) // retryLeaseWrite stops at the hard stop
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {

@@ -33,12 +33,20 @@ import (
 // startup parameter "role" is kept, where ROLE NONE would give the login
 // role, and a role a pool's AfterConnect set is not a start value, hence
 // the read). TestHandlerRoleRestoredToThePoolsRole.
-func restoreSettings(role *string) string {
+//
+// idle is the claim's idle_in_transaction_session_timeout ("": the
+// default): a handler that set a short one (SET LOCAL ... = 1) had the
+// session killed between handlers, the next job blamed for it.
+func restoreSettings(role *string, idle string) string {
 	setRole := `SET LOCAL role TO DEFAULT`
 	if role != nil {
 		setRole = `SELECT pg_catalog.set_config('role', ` + sqlident.Literal(*role) + `, true)`
 	}
-	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; ` + setRole + `; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT`
+	setIdle := `SET LOCAL idle_in_transaction_session_timeout TO DEFAULT`
+	if idle != "" {
+		setIdle = `SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', ` + sqlident.Literal(idle) + `, true)`
+	}
+	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; ` + setRole + `; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT; ` + setIdle
 }
 
 // currentRole reads the role a transaction runs as ("none": the session
