@@ -28,6 +28,10 @@ type batch struct {
 	mu      sync.Mutex
 	next    int            // jobs[:next] were started or skipped
 	cancels map[int64]bool // to skip: cancelled through this client before they started
+	// txOnly: cancels requested only by a handler's CancelTx, withdrawn
+	// when that handler's attempt fails (its transaction's cancel rolled
+	// back with it: TestCancelTxOfANeighbourRolledBack).
+	txOnly map[int64]bool
 	skipped map[int64]bool // cancels recorded by the batch's commit
 	// runningID is the job whose handler runs now (0: none), stop cancels
 	// its handler's context.
@@ -117,19 +121,43 @@ func (b *batch) stop() []int64 {
 }
 
 // requestCancel asks the batch to skip job id; false if it already started.
-func (b *batch) requestCancel(id int64) bool {
+func (b *batch) requestCancel(id int64) bool { return b.requestCancelBy(id, false) }
+
+// requestCancelBy is requestCancel; byTx: the request is a handler's
+// CancelTx, which a failure of that handler withdraws (withdrawCancels).
+func (b *batch) requestCancelBy(id int64, byTx bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := b.next; i < len(b.jobs); i++ {
 		if b.jobs[i].job.ID == id {
 			if b.cancels == nil {
-				b.cancels = map[int64]bool{}
+				b.cancels, b.txOnly = map[int64]bool{}, map[int64]bool{}
+			}
+			switch {
+			case !b.cancels[id]:
+				b.txOnly[id] = byTx
+			case !byTx:
+				b.txOnly[id] = false
 			}
 			b.cancels[id] = true
 			return true
 		}
 	}
 	return false
+}
+
+// withdrawCancels takes back the cancels of ids that only a handler's
+// CancelTx asked for, the handler having failed: its transaction's cancel
+// rolled back.
+func (b *batch) withdrawCancels(ids []int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		if b.txOnly[id] {
+			delete(b.cancels, id)
+			delete(b.txOnly, id)
+		}
+	}
 }
 
 // running records that job id's handler runs now, stoppable by stop (id 0:

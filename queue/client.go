@@ -325,6 +325,10 @@ func (c *Client) CountEnqueued(queue, kind string, n int) {
 // context is cancelled and the attempt is recorded cancelled (no retry);
 // Cancel returns once that is committed. A worker that does not get the
 // notification (its LISTEN connection is down) finishes the attempt first.
+// From a handler, pass the handler's ctx (or one derived from it) to cancel
+// a job of its own batch: with another context Cancel waits for the batch,
+// which waits for the handler, until that context ends. CancelTx on the
+// handler's tx does not wait.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
 	if b := c.claimedBatch(id); b != nil && b.requestCancel(id) {
 		if batchOf(ctx) == b {
@@ -387,8 +391,12 @@ func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	if n == 0 {
 		return fmt.Errorf("%w: cancel job %d: not pending", ErrNotFound, id)
 	}
-	if jt, ok := tx.(*jobTx); ok && jt.batch != nil {
-		jt.batch.requestCancel(id)
+	if jt, ok := tx.(*jobTx); ok {
+		r := jt.root()
+		r.cancels = append(r.cancels, id)
+		if jt.batch != nil {
+			jt.batch.requestCancelBy(id, true)
+		}
 	}
 	return nil
 }

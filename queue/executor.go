@@ -236,6 +236,8 @@ func (c *Client) runJobs(hardCtx context.Context, b *batch, l *queueLoop, record
 			}
 		}
 		if r.err != nil {
+			// Its transaction's cancels of neighbours roll back with it.
+			b.withdrawCancels(jtx.cancels)
 			_ = recorded() // its error is reported once the handlers are done
 			c.completing(rctx, &r)
 			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {

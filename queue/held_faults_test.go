@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +128,80 @@ func TestNeighbourNotBlamedForABrokenConnection(t *testing.T) {
 			checkEventsMatchJobs(t, e.pool, e.schema)
 		})
 	}
+}
+
+// A leased handler that cancels its own job through its tx (CancelTx) ends
+// it cancelled, as in held mode: the success found no running row and
+// rolled the handler's transaction back, cancel included, so the job stayed
+// running until its lease expired and ran again.
+func TestLeasedCancelTxOfItsOwnJob(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	var e *env
+	e = newEnv(t, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {}},
+		LeasedKinds:   []string{"k"},
+		LeaseDuration: time.Second,
+		Backoff:       fastBackoff,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			runs.Add(1)
+			return e.c.CancelTx(ctx, tx, j.ID)
+		})},
+	})
+	e.run()
+	res, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: 3})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "finished", func() bool {
+		return e.count(`id = $1 AND state IN ('cancelled', 'failed', 'succeeded')`, res.ID) == 1
+	})
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'cancelled'`, res.ID), "events %v", e.eventTypes(res.ID))
+	time.Sleep(1500 * time.Millisecond) // past the lease: nothing runs it again
+	require.EqualValues(t, 1, runs.Load())
+	waitFor(t, 10*time.Second, "outcome counted", func() bool {
+		return e.metric("pgwake_worker_jobs_total", map[string]string{"outcome": "cancelled"}) == 1
+	})
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// A held handler cancels a neighbour of its batch (CancelTx) and then
+// fails: its transaction's cancel rolls back with its writes, so the
+// neighbour runs and succeeds. It stayed cancelled, never run: the batch
+// applied the cancel it had been asked for.
+func TestCancelTxOfANeighbourRolledBack(t *testing.T) {
+	t.Parallel()
+	var runs runCounter
+	var e *env
+	e = newEnv(t, queue.Config{
+		Queues:  map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+		Backoff: func(int) time.Duration { return time.Hour },
+		Handlers: map[string]queue.Handler{"c": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			runs.add(j.ID)
+			var p struct{ Cancel int64 }
+			_ = json.Unmarshal(j.Payload, &p)
+			if p.Cancel == 0 {
+				return nil
+			}
+			if err := e.c.CancelTx(ctx, tx, p.Cancel); err != nil {
+				return err
+			}
+			return errors.New("failed after CancelTx")
+		})},
+	})
+	e.run()
+	e.warmUp("c")
+	ctx := context.Background()
+	var a, b queue.EnqueueResult
+	require.NoError(t, pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		if b, err = e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "c"}); err != nil {
+			return err
+		}
+		a, err = e.c.EnqueueTx(ctx, tx, queue.NewJob{Kind: "c", Priority: -1, Payload: map[string]any{"cancel": b.ID}})
+		return err
+	}))
+	waitFor(t, 30*time.Second, "a tried", func() bool { return e.count(`id = $1 AND attempts = 1`, a.ID) == 1 })
+	waitFor(t, 30*time.Second, "b done", func() bool { return e.count(`id = $1 AND state <> 'pending'`, b.ID) == 1 })
+	require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded'`, b.ID), "b: %v", e.eventTypes(b.ID))
+	require.Equal(t, 1, runs.get(b.ID))
+	checkEventsMatchJobs(t, e.pool, e.schema)
 }

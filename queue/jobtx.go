@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -57,7 +58,12 @@ type jobTx struct {
 	// idle: the claim's idle_in_transaction_session_timeout, which
 	// afterHandler restores with the others ("": the default).
 	idle string
+	// cancels: the jobs CancelTx cancelled through this transaction.
+	cancels []int64
 }
+
+// cancelledThrough reports whether CancelTx cancelled job id through t.
+func (t *jobTx) cancelledThrough(id int64) bool { return slices.Contains(t.root().cancels, id) }
 
 var _ pgx.Tx = (*jobTx)(nil)
 

@@ -367,6 +367,15 @@ func (c *Client) completeLeased(ctx context.Context, l *queueLoop, jtx *jobTx, r
 		switch {
 		case err == nil && ok:
 			err = jtx.tx.Commit(ctx)
+		case err == nil && jtx.cancelledThrough(j.ID):
+			// The handler cancelled its own job (CancelTx): that commits,
+			// as in held mode; rolled back, the job stayed running until
+			// its lease expired and was retried
+			// (TestLeasedCancelTxOfItsOwnJob).
+			if err = jtx.tx.Commit(ctx); err == nil {
+				r.outcome = outcomeCancelled
+				return nil
+			}
 		default:
 			rollback(jtx.tx)
 		}
