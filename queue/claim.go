@@ -31,7 +31,7 @@ type batch struct {
 	// txOnly: cancels requested only by a handler's CancelTx, withdrawn
 	// when that handler's attempt fails (its transaction's cancel rolled
 	// back with it: TestCancelTxOfANeighbourRolledBack).
-	txOnly map[int64]bool
+	txOnly  map[int64]bool
 	skipped map[int64]bool // cancels recorded by the batch's commit
 	// runningID is the job whose handler runs now (0: none), stop cancels
 	// its handler's context.
