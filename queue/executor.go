@@ -199,66 +199,73 @@ func (c *Client) runJobs(hardCtx context.Context, b *batch, l *queueLoop, record
 		run.wrote = run.wrote || jtx.savepoint
 		r := attemptResult{job: j, dur: time.Since(t0), err: herr}
 		l.observe(j.Kind, r.dur)
-		// What follows a handler has a record budget of its own, from now.
-		rctx, rcancel := c.recordContext(hardCtx)
-		// For the batch's next handlers and its completion; a failed
-		// handler's settings roll back with its savepoint.
-		b.check(jtx.afterHandler(rctx, herr == nil))
-		b.discard = b.discard || jtx.discard
-		if b.conn.Conn().IsClosed() {
-			// The connection died while this handler had it (it closed
-			// it, ended its backend, or the session was killed): the
-			// attempt failed, and the batch's transaction is gone. Found
-			// by the next handler's statement instead, the neighbour was
-			// blamed (TestNeighbourNotBlamedForABrokenConnection).
-			r.err = errConnectionLost
-			if herr != nil {
-				r.err = fmt.Errorf("%w (handler error: %w)", errConnectionLost, herr)
-			}
-			rcancel()
-			run.broken, run.culprit = errConnectionLost, &r
+		if !c.settleHandler(hardCtx, b, jtx, &r, herr, &run, recorded) {
 			return run
 		}
-		switch b.conn.Conn().PgConn().TxStatus() {
-		case 'I':
-			r.err = ErrTxEnded
-			if herr != nil {
-				r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
-			}
-			rcancel()
-			run.broken, run.culprit = ErrTxEnded, &r
-			return run
-		case 'E':
-			if herr == nil {
-				// The handler swallowed a database error: its writes did
-				// not happen, so the attempt failed.
-				r.err = ErrTxAborted
-			}
-		}
-		if r.err != nil {
-			// Its transaction's cancels of neighbours roll back with it.
-			b.withdrawCancels(jtx.cancels)
-			_ = recorded() // its error is reported once the handlers are done
-			c.completing(rctx, &r)
-			if err := c.failInTx(rctx, b.tx, jtx.savepoint, &r); err != nil {
-				b.check(err)
-				rcancel()
-				if connectionLost(err) {
-					// The session died between handlers (a timeout a
-					// handler set, an operator): who broke it is not
-					// known, so every job runs again alone.
-					run.results = append(run.results, r)
-					run.broken = err
-					return run
-				}
-				run.broken, run.culprit = err, &r
-				return run
-			}
-		}
-		rcancel()
-		run.results = append(run.results, r)
 	}
 	return run
+}
+
+// settleHandler classifies a held handler's attempt r once it returned
+// (herr) and records a failure in the claim transaction. It reports false
+// when the transaction is gone (run.broken set): the batch stops there.
+func (c *Client) settleHandler(hardCtx context.Context, b *batch, jtx *jobTx, r *attemptResult, herr error, run *batchRun, recorded func() error) bool {
+	// What follows a handler has a record budget of its own, from now.
+	rctx, rcancel := c.recordContext(hardCtx)
+	defer rcancel()
+	// For the batch's next handlers and its completion; a failed handler's
+	// settings roll back with its savepoint.
+	b.check(jtx.afterHandler(rctx, herr == nil))
+	b.discard = b.discard || jtx.discard
+	if b.conn.Conn().IsClosed() {
+		// The connection died while this handler had it (it closed it,
+		// ended its backend, or the session was killed): the attempt
+		// failed, and the batch's transaction is gone. Found by the next
+		// handler's statement instead, the neighbour was blamed
+		// (TestNeighbourNotBlamedForABrokenConnection).
+		r.err = errConnectionLost
+		if herr != nil {
+			r.err = fmt.Errorf("%w (handler error: %w)", errConnectionLost, herr)
+		}
+		run.broken, run.culprit = errConnectionLost, r
+		return false
+	}
+	switch b.conn.Conn().PgConn().TxStatus() {
+	case 'I':
+		r.err = ErrTxEnded
+		if herr != nil {
+			r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
+		}
+		run.broken, run.culprit = ErrTxEnded, r
+		return false
+	case 'E':
+		if herr == nil {
+			// The handler swallowed a database error: its writes did not
+			// happen, so the attempt failed.
+			r.err = ErrTxAborted
+		}
+	}
+	if r.err != nil {
+		// Its transaction's cancels of neighbours roll back with it.
+		b.withdrawCancels(jtx.cancels)
+		_ = recorded() // its error is reported once the handlers are done
+		c.completing(rctx, r)
+		if err := c.failInTx(rctx, b.tx, jtx.savepoint, r); err != nil {
+			b.check(err)
+			if connectionLost(err) {
+				// The session died between handlers (a timeout a handler
+				// set, an operator): who broke it is not known, so every
+				// job runs again alone.
+				run.results = append(run.results, *r)
+				run.broken = err
+				return false
+			}
+			run.broken, run.culprit = err, r
+			return false
+		}
+	}
+	run.results = append(run.results, *r)
+	return true
 }
 
 // errConnectionLost fails the attempt of a handler whose claim connection
