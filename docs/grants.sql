@@ -61,6 +61,9 @@ GRANT SELECT, INSERT, DELETE ON {{schema}}.watermill_subscriptions TO {{worker_r
 -- worker reads which queues are paused.
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.periodic TO {{worker_role}};
 GRANT SELECT ON {{schema}}.paused_queues TO {{worker_role}};
+-- Start checks that the schema has every migration this version needs
+-- (without it: a warning at every start, and no check).
+GRANT SELECT ON {{schema}}.schema_migrations TO {{worker_role}};
 -- Retention deletes unique keys whose period has passed (docs/unique.md);
 -- UPDATE on one column for its FOR UPDATE SKIP LOCKED, which writes nothing.
 GRANT SELECT, DELETE, UPDATE (held_until) ON {{schema}}.unique_periods TO {{worker_role}};

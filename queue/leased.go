@@ -311,6 +311,14 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
 		r.err = ErrTxAborted
 	}
+	if jtx.tx != nil && jtx.tx.Conn().PgConn().TxStatus() == 'I' {
+		// The handler ended its transaction (COMMIT or ROLLBACK as SQL),
+		// as held mode finds it (TestLeasedHandlerEndingItsTransaction).
+		r.err = ErrTxEnded
+		if herr != nil {
+			r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
+		}
+	}
 	// Before the completion runs in this transaction.
 	if err := jtx.afterHandler(rctx, herr == nil); err != nil && r.err == nil {
 		r.err = err
@@ -336,10 +344,22 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 		if jtx.tx == nil {
 			l.completing.Add(-1)
 		}
+		if werr != nil && r.outcome == outcomeCommitError && jtx.tx != nil && !retryableWrite(werr) {
+			// The handler's COMMIT failed (a deferred constraint): the
+			// attempt failed, recorded now with the cause, not left to
+			// its lease's expiry (TestLeasedCommitFailureIsRecorded).
+			r.err, r.outcome = fmt.Errorf("commit failed: %w", werr), ""
+			jtx.giveBack()
+			werr = c.failLeased(rctx, l, &r, c.id)
+		}
 	} else {
 		if jtx.tx != nil {
 			rollback(jtx.tx)
 		}
+		// Its connection back first: failLeased takes one from the pool,
+		// which failing handlers holding theirs had emptied
+		// (TestLeasedFailuresDoNotHoldThePool).
+		jtx.giveBack()
 		werr = c.failLeased(rctx, l, &r, c.id)
 	}
 	jtx.giveBack() // before the report and its hooks

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -128,4 +129,121 @@ func TestLostLeasedClaimCancelsTheFirstRun(t *testing.T) {
 	close(second)
 	waitFor(t, 20*time.Second, "the second run's success", func() bool { return e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID) == 1 })
 	require.EqualValues(t, 2, runs.Load())
+}
+
+// Leased handlers that used their tx and fail gave their connection back
+// only after their failure was written, which takes another: with every
+// pool connection a failing handler's, they waited for each other (the
+// write's 30 s timeout, then the lease), the real error lost to "lease
+// expired". The connection goes back first now.
+func TestLeasedFailuresDoNotHoldThePool(t *testing.T) {
+	t.Parallel()
+	const conns = 3
+	var schema string
+	var wrote atomic.Int32
+	allWrote := make(chan struct{})
+	e := newEnvWithPool(t, pgtest.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = conns }), queue.Config{
+		Queues:         map[string]queue.QueueConfig{"default": {MaxWorkers: 10}},
+		Backoff:        fastBackoff,
+		LeasedKinds:    []string{"k"},
+		AllowSmallPool: true,
+		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if j.Attempt > 1 {
+				return nil
+			}
+			if err := effect(ctx, tx, schema, j); err != nil {
+				return err
+			}
+			if wrote.Add(1) == conns {
+				close(allWrote)
+			}
+			select { // every pool connection is a handler's tx now
+			case <-allWrote:
+			case <-time.After(5 * time.Second):
+			}
+			return errors.New("fails after writing")
+		})},
+	})
+	schema = e.schema
+	jobs := make([]queue.NewJob, conns)
+	for i := range jobs {
+		jobs[i] = queue.NewJob{Kind: "k", MaxAttempts: 3}
+	}
+	ids := e.enqueueIDs(jobs...)
+	e.run()
+	waitFor(t, 20*time.Second, "each job's failure recorded and the retry succeeded", func() bool {
+		return e.count(`state = 'succeeded' AND attempts = 2`) == len(ids)
+	})
+	require.Equal(t, len(ids), e.count(`last_error LIKE '%fails after writing%' OR last_error IS NULL`), "the handlers' own error, not a lease expiry")
+	require.Empty(t, e.effectCounts(), "the failed attempts' writes rolled back")
+	checkEventsMatchJobs(t, e.pool, e.schema)
+}
+
+// A leased handler that ends its transaction (COMMIT or ROLLBACK sent as
+// SQL) fails its attempt with ErrTxEnded, as in held mode; it was marked
+// succeeded, after ROLLBACK with its writes lost.
+func TestLeasedHandlerEndingItsTransaction(t *testing.T) {
+	t.Parallel()
+	for _, stmt := range []string{"COMMIT", "ROLLBACK"} {
+		t.Run(stmt, func(t *testing.T) {
+			t.Parallel()
+			var schema string
+			e := newEnv(t, queue.Config{
+				Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+				Backoff:     fastBackoff,
+				LeasedKinds: []string{"x"},
+				Handlers: map[string]queue.Handler{"x": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					if err := effect(ctx, tx, schema, j); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, stmt)
+					return err
+				})},
+			})
+			schema = e.schema
+			r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "x", MaxAttempts: 2})
+			require.NoError(t, err)
+			e.run()
+			waitFor(t, 20*time.Second, "job ended", func() bool { return e.count(`id = $1 AND state IN ('failed', 'succeeded')`, r.ID) == 1 })
+			st, attempts, le := e.jobRow(r.ID)
+			require.Equal(t, "failed", st)
+			require.Equal(t, 2, attempts)
+			require.Contains(t, le, "handler ended the claim transaction")
+			checkEventsMatchJobs(t, e.pool, e.schema)
+		})
+	}
+}
+
+// A leased handler's COMMIT that fails (a deferred constraint) records the
+// failure with its cause at once; the job stayed running until its lease
+// expired, recorded as a lease expiry.
+func TestLeasedCommitFailureIsRecorded(t *testing.T) {
+	t.Parallel()
+	var schema string
+	e := newEnv(t, queue.Config{
+		Queues:        map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+		Backoff:       fastBackoff,
+		LeasedKinds:   []string{"w"},
+		LeaseDuration: 30 * time.Second,
+		Handlers: map[string]queue.Handler{"w": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			if err := effect(ctx, tx, schema, j); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.deferred (k) VALUES (1)`)
+			return err
+		})},
+	})
+	schema = e.schema
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("deferred")+` (k int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+e.table("deferred")+` VALUES (1)`)
+	require.NoError(t, err)
+	r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "w", MaxAttempts: 2})
+	require.NoError(t, err)
+	e.run()
+	waitFor(t, 20*time.Second, "failed", func() bool { return e.count(`id = $1 AND state = 'failed'`, r.ID) == 1 })
+	_, attempts, le := e.jobRow(r.ID)
+	require.Equal(t, 2, attempts)
+	require.Contains(t, le, "commit failed")
+	require.Empty(t, e.effectCounts())
+	checkEventsMatchJobs(t, e.pool, e.schema)
 }

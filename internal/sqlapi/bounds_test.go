@@ -152,3 +152,23 @@ func TestEnqueueInATwoPhaseCommit(t *testing.T) {
 	require.Equal(t, 7, w.count(`SELECT count(*) FROM `+w.table("jobs")+` WHERE queue = 'xa'`),
 		"4 jobs in the first prepared transaction, 3 in the second (its unique key's job is the first's)")
 }
+
+// A priority out of range written into the statement (not a parameter) is
+// PW004 on priority, as a parameter's is: enqueue_one cast it to smallint
+// in its plan, folded before the check ran, and raised 22003 without the
+// field (migration 0023).
+func TestPriorityOutOfRangeLiteral(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	prod := w.producerPool()
+	for _, q := range []string{
+		`SELECT ` + w.fn("enqueue") + `('` + testKind + `', '{}', priority => 40000)`,
+		`SELECT ` + w.fn("enqueue_one") + `('` + testKind + `', '{}', priority => -40000)`,
+	} {
+		for range 7 { // past the plan cache's first five custom plans
+			_, err := prod.Exec(ctx, q)
+			requireState(t, err, "PW004", "priority", 0, q)
+		}
+	}
+	require.Zero(t, w.count(`SELECT count(*) FROM `+w.table("jobs")), "nothing written")
+}

@@ -461,7 +461,10 @@ BEGIN
 END
 $$;
 
--- enqueue_one: migration 0021's, without a wake-up under pgwake.no_notify.
+-- enqueue_one: migration 0021's, without a wake-up under pgwake.no_notify,
+-- and a priority out of range raising PW004 (it raised 22003, "smallint out
+-- of range", without the field: the cast was folded into the plan before
+-- the check ran).
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_one(
     kind          text,
     payload       jsonb       DEFAULT NULL,
@@ -487,7 +490,9 @@ BEGIN
     WITH ins AS (
         INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_after, max_attempts, metadata)
         SELECT coalesce(enqueue_one.queue, 'default'), enqueue_one.kind, coalesce(enqueue_one.payload, '{}'::jsonb),
-            coalesce(enqueue_one.priority, 0)::smallint,
+            -- Cast only in range: a custom plan folds the cast of the
+            -- argument, which raised 22003 before valid_job's PW004.
+            coalesce(CASE WHEN enqueue_one.priority BETWEEN -32768 AND 32767 THEN enqueue_one.priority END, 0)::smallint,
             coalesce(enqueue_one.run_after, pg_catalog.now() + coalesce(enqueue_one.delay, interval '0')),
             coalesce(enqueue_one.max_attempts, 5), enqueue_one.metadata
         WHERE {{schema}}.valid_job(1, enqueue_one.kind, enqueue_one.payload, enqueue_one.queue, enqueue_one.run_after,
