@@ -118,13 +118,16 @@ func TestNeighbourNotBlamedForABrokenConnection(t *testing.T) {
 			for _, id := range innocent {
 				require.Equal(t, 1, counts[id])
 			}
-			culprit := "failed" // its attempt counted
+			culprit := []string{"failed"} // its attempt counted
 			if name == "idle-timeout" {
 				// pgwake puts the claim's idle timeout back after the
-				// handler, with the other settings its statements need.
-				culprit = "succeeded"
+				// handler, with the other settings its statements need;
+				// but the 1 ms may pass before it does (a loaded
+				// machine): then the session dies and the culprit's
+				// attempt counts.
+				culprit = []string{"succeeded", "failed"}
 			}
-			require.Equal(t, 1, e.count(`id = $1 AND state = $2 AND attempts = 1`, ids[4], culprit), "the culprit: events %v", e.eventTypes(ids[4]))
+			require.Equal(t, 1, e.count(`id = $1 AND state = ANY($2) AND attempts = 1`, ids[4], culprit), "the culprit: events %v", e.eventTypes(ids[4]))
 			checkEventsMatchJobs(t, e.pool, e.schema)
 		})
 	}
