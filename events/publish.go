@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -195,7 +196,11 @@ func (s *Stream) encode(batch []*txn) []*run {
 				s.skip(e.ID, "encode", err)
 				continue
 			}
-			tp := s.cfg.Topic(e)
+			tp, err := s.topic(e)
+			if err != nil {
+				s.skip(e.ID, "topic", err)
+				continue
+			}
 			if cur == nil || cur.topic != tp {
 				cur = &run{topic: tp}
 				runs = append(runs, cur)
@@ -205,6 +210,18 @@ func (s *Stream) encode(batch []*txn) []*run {
 		}
 	}
 	return runs
+}
+
+// topic is Config.Topic's topic for e; a panic of it is an error: it
+// crashed the process, and again at every restart, the slot never past the
+// event (TestTopicFunctionThatPanics).
+func (s *Stream) topic(e Event) (tp string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("Config.Topic panicked: %v", p)
+		}
+	}()
+	return s.cfg.Topic(e), nil
 }
 
 // skip records an event the stream cannot forward: an error log line

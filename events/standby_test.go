@@ -58,3 +58,62 @@ func TestSecondRelayStandsByAndTakesOver(t *testing.T) {
 	})
 	checkDelivery(t, append(first.Snapshot(), second.Snapshot()...), table)
 }
+
+// A Topic function that panics on an event skips that event (logged,
+// pgwake_events_skipped_total{reason="topic"}) and the stream goes on: it
+// crashed the process, and again at every restart.
+func TestTopicFunctionThatPanics(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ps, got := channelSink(t)
+	t.Cleanup(func() { _ = ps.Close() })
+	cfg := e.Config(ps)
+	cfg.Topic = func(ev events.Event) string {
+		if ev.Kind == "bad" {
+			panic("topic func bug")
+		}
+		return "pgwake.events"
+	}
+	_, stop := e.RunStream(cfg)
+	defer stop()
+	for _, k := range []string{"ok", "bad", "ok"} {
+		_, err := e.Pool.Exec(ctx, `SELECT `+e.Table("enqueue")+`($1)`, k)
+		require.NoError(t, err)
+	}
+	waitFor(t, 30*time.Second, "the two good events", func() bool { return len(got.Snapshot()) >= 2 })
+	for _, r := range got.Snapshot() {
+		require.Equal(t, "ok", r.Ev.Kind)
+	}
+}
+
+// The slot dropped by hand under a running stream (pgwake events drop-slot
+// --terminate) stops the stream with a permanent ErrSlot naming the gap:
+// it made a new slot at the current WAL position, the events committed in
+// between never streamed, with nothing but an info line.
+func TestSlotDroppedUnderTheStream(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ps, got := channelSink(t)
+	t.Cleanup(func() { _ = ps.Close() })
+	cfg := e.Config(ps)
+	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, 500*time.Millisecond
+	s, err := events.New(e.Pool, cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { done <- s.Run(rctx) }()
+	waitFor(t, 30*time.Second, "streaming", func() bool { return s.Sessions() > 0 })
+	_, err = e.Pool.Exec(ctx, `SELECT `+e.Table("enqueue")+`('k')`)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the first event", func() bool { return len(got.Snapshot()) == 1 })
+	require.NoError(t, events.DropSlot(ctx, e.Pool, e.Slot, true))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, events.ErrSlot)
+		require.True(t, events.IsPermanent(err))
+		require.Contains(t, err.Error(), "was dropped while this stream used it")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream went on after its slot was dropped")
+	}
+}

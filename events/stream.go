@@ -432,6 +432,13 @@ func (s *Stream) ensureSlot(ctx context.Context, conn *pgconn.PgConn) (pglogrepl
 	if info != nil {
 		return info.ConfirmedFlush, checkSlot(info, s.replCfg.Database)
 	}
+	if s.sessions.Load() > 0 {
+		// This stream streamed from the slot, which is gone (dropped by
+		// hand): a new one would start at the current WAL position and
+		// skip what committed since, silently (TestSlotDroppedUnderTheStream).
+		return 0, PermanentError{fmt.Errorf("%w: slot %q was dropped while this stream used it; events after LSN %s were not streamed: replay them (pgwake events replay) and start the stream again, which creates a new slot",
+			ErrSlot, s.cfg.Slot, pglogrepl.LSN(s.acked.Load()))}
+	}
 	lsn, err := create(false)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
