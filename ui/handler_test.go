@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -510,4 +511,62 @@ func TestJobPageShowsTheNewestEvents(t *testing.T) {
 	_, err = b.client.JobEventsTail(ctx, r.ID, 0)
 	var fe *queue.FilterError
 	require.ErrorAs(t, err, &fe)
+}
+
+// Behind a reverse proxy that rewrites Host (nginx's default proxy_pass),
+// the browser's Origin is the public name and differs from Host: its
+// Sec-Fetch-Site: same-origin vouches for it, and the action is done. A
+// mismatched Origin without it is still refused.
+func TestActionBehindAProxyThatRewritesHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	ju := b.url + "/jobs/" + strconv.FormatInt(r.ID, 10)
+	_, body := get(t, http.DefaultClient, ju)
+	tok := csrfRe.FindStringSubmatch(body)[1]
+	post := func(fetchSite string) int {
+		req, err := http.NewRequest(http.MethodPost, ju+"/cancel", strings.NewReader(url.Values{"csrf": {tok}, "confirm": {"yes"}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "https://dash.example.com")
+		if fetchSite != "" {
+			req.Header.Set("Sec-Fetch-Site", fetchSite)
+		}
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, post(""), "another origin, nothing vouching for it")
+	require.Equal(t, http.StatusForbidden, post("cross-site"))
+	require.Less(t, post("same-origin"), 400, "the browser says same origin")
+	st, err := b.client.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateCancelled, st.State)
+}
+
+// A stream asked for while the feed is not running (Run ended) is a 503
+// with Retry-After, which the page retries after 10-15 s: it was a 200 that
+// ended at once, and every page reconnected each second for ever.
+func TestStreamWithoutTheFeed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	b.stop() // the feed, the server and the listener
+	h2, err := ui.New(ui.Config{Client: b.client})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h2.Run(ctx) }()
+	cancel()
+	<-done
+	srv := httptest.NewServer(h2)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/events")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "10", resp.Header.Get("Retry-After"))
 }

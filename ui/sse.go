@@ -61,6 +61,16 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	defer h.streams.Add(-1)
 	sub, low, maxSeen, stats := h.hub.subscribe()
 	defer h.hub.unsubscribe(sub)
+	select {
+	case <-sub.gone:
+		// The feed is not running (Run ended, or never ran): a 200 that
+		// ends at once had every page reconnect each second for ever;
+		// a 503 has it try again after 10-15 s (TestStreamWithoutTheFeed).
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "the dashboard's live feed is not running", http.StatusServiceUnavailable)
+		return
+	default:
+	}
 
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
