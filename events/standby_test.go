@@ -117,3 +117,29 @@ func TestSlotDroppedUnderTheStream(t *testing.T) {
 		t.Fatal("the stream went on after its slot was dropped")
 	}
 }
+
+// A publication made by hand that filters the events table's rows or
+// columns is refused with a permanent ErrPublication at the start: with a
+// row filter, the events it left out were never streamed while the slot
+// moved past them; with a column list, Run failed at the first event as if
+// the schema were not migrated.
+func TestFilteredPublicationIsRefused(t *testing.T) {
+	for name, spec := range map[string]string{"rows": ` WHERE (job_id % 2 = 0)`, "columns": ` (id, job_id, type)`} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			_, err := e.Pool.Exec(ctx, `CREATE PUBLICATION `+e.Pub+` FOR TABLE `+e.Table("events")+spec+` WITH (publish = 'insert')`)
+			require.NoError(t, err)
+			ps, _ := channelSink(t)
+			t.Cleanup(func() { _ = ps.Close() })
+			s, err := events.New(e.Pool, e.Config(ps))
+			require.NoError(t, err)
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			err = s.Run(rctx)
+			require.ErrorIs(t, err, events.ErrPublication)
+			require.True(t, events.IsPermanent(err))
+			require.Contains(t, err.Error(), "filters the rows or columns")
+		})
+	}
+}

@@ -284,7 +284,7 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 		if !covers || !inserts {
 			return PermanentError{fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; drop it or pick another name", ErrPublication, publication, sqlident.Quote(schema, "events"))}
 		}
-		return nil
+		return publicationFilters(ctx, pool, schema, publication)
 	}
 	if _, err := pool.Exec(ctx, create); err != nil {
 		var pgErr *pgconn.PgError
@@ -295,6 +295,34 @@ FROM pg_publication p WHERE p.pubname = $1`, publication, schema).Scan(&exists, 
 			return PermanentError{fmt.Errorf("%w: cannot create it (%s); creating a publication needs CREATE on the database and ownership of the table (or superuser); have such a role run: %s", ErrPublication, pgErr.Message, create)}
 		}
 		return fmt.Errorf("events: %s: %w", create, err)
+	}
+	return nil
+}
+
+// publicationFilters refuses a publication that filters the events table's
+// rows (a WHERE) or columns (a column list), PostgreSQL 15's: its filtered
+// events were never streamed while the slot moved past them, and a column
+// list failed at the first event as if the schema were not migrated
+// (TestFilteredPublicationIsRefused).
+func publicationFilters(ctx context.Context, pool *pgxpool.Pool, schema, publication string) error {
+	var version int
+	if err := pool.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return fmt.Errorf("events: looking up the server's version: %w", err)
+	}
+	if version < 150000 {
+		return nil // no row filters or column lists before 15
+	}
+	var filtered bool
+	err := pool.QueryRow(ctx, `
+SELECT t.rowfilter IS NOT NULL OR NOT (ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
+	WHERE a.attrelid = $3::regclass AND a.attnum > 0 AND NOT a.attisdropped) <@ t.attnames::text[])
+FROM pg_catalog.pg_publication_tables t WHERE t.pubname = $1 AND t.schemaname = $2 AND t.tablename = 'events'`,
+		publication, schema, sqlident.Quote(schema, "events")).Scan(&filtered)
+	if err != nil {
+		return fmt.Errorf("events: looking up publication %s: %w", publication, err)
+	}
+	if filtered {
+		return PermanentError{fmt.Errorf("%w: publication %q filters the rows or columns of %s: the events it leaves out would never be streamed; drop it (the stream creates one without filters) or pick another name", ErrPublication, publication, sqlident.Quote(schema, "events"))}
 	}
 	return nil
 }
