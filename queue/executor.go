@@ -223,19 +223,13 @@ func (c *Client) settleHandler(hardCtx context.Context, b *batch, jtx *jobTx, r 
 		// failed, and the batch's transaction is gone. Found by the next
 		// handler's statement instead, the neighbour was blamed
 		// (TestNeighbourNotBlamedForABrokenConnection).
-		r.err = errConnectionLost
-		if herr != nil {
-			r.err = fmt.Errorf("%w (handler error: %w)", errConnectionLost, herr)
-		}
+		r.err = withHandlerError(errConnectionLost, herr)
 		run.broken, run.culprit = errConnectionLost, r
 		return false
 	}
 	switch b.conn.Conn().PgConn().TxStatus() {
 	case 'I':
-		r.err = ErrTxEnded
-		if herr != nil {
-			r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
-		}
+		r.err = withHandlerError(ErrTxEnded, herr)
 		run.broken, run.culprit = ErrTxEnded, r
 		return false
 	case 'E':
@@ -266,6 +260,15 @@ func (c *Client) settleHandler(hardCtx context.Context, b *batch, jtx *jobTx, r 
 	}
 	run.results = append(run.results, *r)
 	return true
+}
+
+// withHandlerError is err, the attempt's failure, naming the handler's own
+// error when it returned one.
+func withHandlerError(err, herr error) error {
+	if herr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (handler error: %w)", err, herr)
 }
 
 // errConnectionLost fails the attempt of a handler whose claim connection

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/pgwake/pgwake/internal/backoff"
 )
 
 // Leased mode (Config.LeasedKinds). The claim commits at once: the jobs are
@@ -308,15 +310,16 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	rctx, rcancel := c.recordContext(hardCtx)
 	defer rcancel()
 	rctx = context.WithValue(rctx, retryStopKey{}, hardCtx.Done()) // retryLeaseWrite stops at the hard stop
-	if jtx.tx != nil && r.err == nil && jtx.tx.Conn().PgConn().TxStatus() == 'E' {
-		r.err = ErrTxAborted
-	}
-	if jtx.tx != nil && jtx.tx.Conn().PgConn().TxStatus() == 'I' {
-		// The handler ended its transaction (COMMIT or ROLLBACK as SQL),
-		// as held mode finds it (TestLeasedHandlerEndingItsTransaction).
-		r.err = ErrTxEnded
-		if herr != nil {
-			r.err = fmt.Errorf("%w (handler error: %w)", ErrTxEnded, herr)
+	if jtx.tx != nil {
+		switch jtx.tx.Conn().PgConn().TxStatus() {
+		case 'E':
+			if r.err == nil {
+				r.err = ErrTxAborted
+			}
+		case 'I':
+			// The handler ended its transaction (COMMIT or ROLLBACK as
+			// SQL), as held mode finds it (TestLeasedHandlerEndingItsTransaction).
+			r.err = withHandlerError(ErrTxEnded, herr)
 		}
 	}
 	// Before the completion runs in this transaction.
@@ -325,18 +328,14 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 	}
 	c.completing(rctx, &r)
 	var werr error
-	if run.superseded.Load() {
+	switch {
+	case run.superseded.Load():
 		// The job's new run owns its outcome: write nothing.
 		if jtx.tx != nil {
 			rollback(jtx.tx)
 		}
 		r.err, r.outcome, werr = errSuperseded, outcomeLeaseLost, errSuperseded
-		jtx.giveBack()
-		r.completedWith(werr)
-		c.report(l, r)
-		return
-	}
-	if r.err == nil {
+	case r.err == nil:
 		if jtx.tx == nil && l.completing.Add(1) <= int64(max(cap(l.slots), completionBacklog)) {
 			release()
 		}
@@ -352,7 +351,7 @@ func (c *Client) runLeased(hardCtx, ctx context.Context, l *queueLoop, cj *claim
 			jtx.giveBack()
 			werr = c.failLeased(rctx, l, &r, c.id)
 		}
-	} else {
+	default:
 		if jtx.tx != nil {
 			rollback(jtx.tx)
 		}
@@ -542,7 +541,8 @@ func (c *Client) retryLeaseWrite(ctx context.Context, write func() error) error 
 	err := write()
 	deadline := time.Now().Add(c.cfg.LeaseDuration)
 	stop, _ := ctx.Value(retryStopKey{}).(<-chan struct{})
-	for wait := 50 * time.Millisecond; err != nil && retryableWrite(err) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, time.Second) {
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	for wait := bo.Next(); err != nil && retryableWrite(err) && time.Now().Add(wait).Before(deadline); wait = bo.Next() {
 		select {
 		case <-ctx.Done():
 			return err
