@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ func TestLeasedOutcomeWrittenAfterALostConnection(t *testing.T) {
 		t.Run(map[bool]string{false: "success", true: "failure"}[fail], func(t *testing.T) {
 			t.Parallel()
 			started, proceed := make(chan int64, 1), make(chan struct{})
+			var once sync.Once
+			closeProceed := func() { once.Do(func() { close(proceed) }) }
 			var runs atomic.Int32
 			e := newEnvOwnPool(t, 3, queue.Config{
 				AllowSmallPool: true,
@@ -48,18 +51,31 @@ func TestLeasedOutcomeWrittenAfterALostConnection(t *testing.T) {
 			r, err := e.c.Enqueue(ctx, queue.NewJob{Kind: "l", MaxAttempts: 1})
 			require.NoError(t, err)
 			e.run()
+			// Registered after run's own cleanup, so it runs first: a
+			// failed assertion before the handler is let go must not
+			// leave Run waiting for it until the harness gives up.
+			t.Cleanup(closeProceed)
 			<-started
 			// Every idle connection of the pool dies; pgxpool hands one
 			// out as it is (it pings only those idle over a second).
+			// One connection is taken by Acquire (it waits if the pool's
+			// others are busy for a moment), the rest as they lie idle:
+			// the handler's outcome write then gets a dead one.
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			held, err := e.pool.Acquire(actx)
+			cancel()
+			require.NoError(t, err)
+			conns := append(e.pool.AcquireAllIdle(ctx), held)
 			var pids []uint32
-			for _, c := range e.pool.AcquireAllIdle(ctx) {
+			for _, c := range conns {
 				pids = append(pids, c.Conn().PgConn().PID())
+			}
+			_, err = pgtest.Pool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
+			for _, c := range conns {
 				c.Release()
 			}
-			require.NotEmpty(t, pids)
-			_, err = pgtest.Pool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
 			require.NoError(t, err)
-			close(proceed)
+			closeProceed()
 			want := "succeeded"
 			if fail {
 				want = "failed"
