@@ -80,7 +80,14 @@ func New(cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET "+p+"/events", h.events)
 	mux.HandleFunc("GET "+p+"/api/stats", h.apiStats)
 	static, _ := fs.Sub(assets, "assets")
-	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(p+"/static/", http.FileServerFS(static))
+	mux.Handle("GET "+p+"/static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // files only: no directory listing
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	h.mux = mux
 	return h, nil
 }
@@ -136,12 +143,20 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 		if h.cfg.Prefix != "" {
 			path = h.cfg.Prefix
 		}
+		// Secure also behind a proxy that ends TLS and says so.
+		secure := r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: h.cfg.Token, Path: path, HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			SameSite: http.SameSiteStrictMode, Secure: secure})
 		q := r.URL.Query()
 		q.Del("token")
 		u := *r.URL
 		u.RawQuery = q.Encode()
+		if strings.HasPrefix(u.Path, "//") || strings.HasPrefix(u.Path, "/\\") {
+			// "//host/x" would send the browser to another site (a
+			// redirect a link with a valid token could abuse): the
+			// overview instead.
+			u.Path, u.RawPath = h.cfg.Prefix+"/", ""
+		}
 		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 		return false
 	}

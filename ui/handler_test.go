@@ -151,6 +151,51 @@ func TestTokenRequired(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "the cookie carries the token")
 }
 
+// The ?token= visit's redirect stays on the dashboard's site: a path
+// "//other.host/x" (a link someone could send with a valid token) went on
+// to other.host. Behind a proxy that ends TLS (X-Forwarded-Proto: https)
+// the token's cookie is Secure. Before, it was Secure only on a direct TLS
+// connection.
+func TestTokenRedirectStaysOnSite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{Token: "s3cret", Prefix: "/pgwake"})
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	visit := func(path string, hdr map[string]string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, b.url[:len(b.url)-len("/pgwake")]+path, nil)
+		require.NoError(t, err)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := noFollow.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	for _, path := range []string{"//other.example/x?token=s3cret", "/\\other.example/x?token=s3cret"} {
+		resp := visit(path, nil)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
+		require.Equal(t, "/pgwake/", resp.Header.Get("Location"), path)
+	}
+	resp := visit("/pgwake/jobs?state=failed&token=s3cret", nil)
+	require.Equal(t, "/pgwake/jobs?state=failed", resp.Header.Get("Location"), "an ordinary visit keeps its page")
+	require.False(t, resp.Cookies()[0].Secure, "plain HTTP, no proxy")
+	resp = visit("/pgwake/?token=s3cret", map[string]string{"X-Forwarded-Proto": "https"})
+	require.Len(t, resp.Cookies(), 1)
+	require.True(t, resp.Cookies()[0].Secure)
+}
+
+// /static/ serves the page's files, not a listing of them.
+func TestStaticListsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	code, _ := get(t, nil, b.url+"/static/")
+	require.Equal(t, http.StatusNotFound, code)
+	code, body := get(t, nil, b.url+"/static/style.css")
+	require.Equal(t, http.StatusOK, code)
+	require.NotEmpty(t, body)
+}
+
 // Bad filters answer 400 with the reason and run no query.
 func TestJobsPageBadFilter(t *testing.T) {
 	t.Parallel()
