@@ -54,7 +54,8 @@ type QueueConfig struct {
 type Config struct {
 	// Schema holds pgwake's tables (see package migrations). Default "pgwake".
 	Schema string
-	// Queues maps each queue this client works to its settings. Default none.
+	// Queues maps each queue this client works to its settings. Default
+	// none. Queues need Handlers: New refuses Queues without them.
 	Queues map[string]QueueConfig
 	// Handlers maps job kinds to handlers. A claimed job whose kind has no
 	// handler fails its attempt with ErrUnknownKind.
@@ -254,6 +255,12 @@ func (c Config) validate() error {
 		if h == nil {
 			return bad("Handlers[%q] is nil", kind)
 		}
+	}
+	if len(c.Queues) > 0 && len(c.Handlers) == 0 {
+		// Its workers would claim every job of those queues and fail it
+		// (ErrUnknownKind), next to the workers that can run them
+		// (TestQueuesWithoutHandlersAreRefused; River refuses it too).
+		return bad("Queues without Handlers: the workers would claim and fail every job of their queues")
 	}
 	for kind := range c.KindTimeouts {
 		if _, ok := c.Handlers[kind]; !ok {

@@ -95,7 +95,7 @@ func TestStartupErrorsAreReturned(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	require.NoError(t, c.Stop(ctx))
 
-	e := newEnv(t, queue.Config{Queues: map[string]queue.QueueConfig{"default": {}}})
+	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
 	cc.Port = 1 // nothing listens there
 	cc.ConnectTimeout = 100 * time.Millisecond

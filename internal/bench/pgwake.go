@@ -140,7 +140,10 @@ func (p *Pgwake) Setup(ctx context.Context, env *Env) error {
 	if _, err := migrations.Up(ctx, env.Pool, p.schema); err != nil {
 		return err
 	}
-	c, err := queue.New(env.Pool, p.config(nil))
+	// The producer: no workers (Queues need Handlers).
+	pcfg := p.config(nil)
+	pcfg.Queues = nil
+	c, err := queue.New(env.Pool, pcfg)
 	if err != nil {
 		return err
 	}
