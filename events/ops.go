@@ -93,9 +93,10 @@ var ErrSlotNotFound = errors.New("replication slot not found")
 // ErrSlotActive is returned by DropSlot for a slot a consumer is using.
 var ErrSlotActive = errors.New("replication slot is in use")
 
-// DropSlot drops a replication slot, releasing the WAL it retains. A slot
-// in use by a running stream is refused (ErrSlotActive) unless terminate is
-// set, which ends the consumer's walsender first. After a drop, a stream
+// DropSlot drops a replication slot of pool's database, releasing the WAL
+// it retains; a slot of another database of the cluster is refused
+// (ErrSlot). A slot in use by a running stream is refused (ErrSlotActive)
+// unless terminate is set, which ends the consumer's walsender first. After a drop, a stream
 // with that slot name starts over at the current WAL position: events
 // committed meanwhile are not streamed (Read them from the table).
 func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string, terminate bool) error {
@@ -108,6 +109,16 @@ func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string, terminate bo
 	}
 	if si == nil {
 		return fmt.Errorf("events: %w: %q", ErrSlotNotFound, slot)
+	}
+	// Slots are the cluster's: a slot of another database (the same
+	// default name, "<schema>_events", in two databases) is that
+	// database's stream, not ours to drop (TestSlotOfAnotherDatabaseIsLeftAlone).
+	var db string
+	if err := pool.QueryRow(ctx, `SELECT pg_catalog.current_database()::text`).Scan(&db); err != nil {
+		return fmt.Errorf("events: looking up the database: %w", err)
+	}
+	if si.Database != db {
+		return fmt.Errorf("events: %w: slot %q belongs to database %q, not %q; drop it connected to that database", ErrSlot, slot, si.Database, db)
 	}
 	if si.Active && !terminate {
 		return fmt.Errorf("events: %w: %q by walsender pid %d; stop its consumer first (or terminate it)", ErrSlotActive, slot, si.ActivePID)
