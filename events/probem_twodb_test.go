@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/events/internal/eventstest"
 	"github.com/pgwake/pgwake/internal/pgtest"
 	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
 )
 
 // Two databases of one cluster, each with pgwake in a schema of the same
@@ -85,4 +87,53 @@ func TestSlotOfAnotherDatabaseIsLeftAlone(t *testing.T) {
 	require.True(t, found, "the first database's slot is gone")
 	cancel1()
 	require.NoError(t, <-run1)
+}
+
+// Two pgwake schemas in one database, each with a stream on its default
+// slot and publication ("<schema>_events"), event ids overlapping: each
+// stream delivers its own schema's events, all of them, and none of the
+// other's.
+func TestTwoSchemasStreamsKeptApart(t *testing.T) {
+	t.Parallel()
+	type side struct {
+		e    *env
+		col  *eventstest.Collector
+		ps   interface{ Close() error }
+		stop func()
+	}
+	var sides []side
+	for range 2 {
+		e := newEnv(t)
+		e.Slot, e.Pub = e.Schema+"_events", e.Schema+"_events" // the defaults, dropped at cleanup
+		ps, col := channelSink(t)
+		cfg := e.Config(ps)
+		cfg.Slot, cfg.Publication = "", ""
+		s, stop := e.RunStream(cfg)
+		require.Equal(t, e.Slot, s.Slot())
+		sides = append(sides, side{e, col, ps, stop})
+	}
+	for i, sd := range sides {
+		c := sd.e.QueueClient(2)
+		jobs := make([]queue.NewJob, 50+25*i)
+		for j := range jobs {
+			jobs[j] = queue.NewJob{Kind: "ok"}
+		}
+		_, err := c.EnqueueMany(context.Background(), jobs)
+		require.NoError(t, err)
+		stop := sd.e.RunQueue(c)
+		waitFor(t, 60*time.Second, "jobs finished", func() bool { return sd.e.PendingJobs() == 0 })
+		stop()
+	}
+	for _, sd := range sides {
+		table := sd.e.WaitDelivered(sd.col, 60*time.Second)
+		time.Sleep(500 * time.Millisecond) // room for a stray event of the other schema
+		got := sd.col.Snapshot()
+		checkDelivery(t, got, table)
+		require.Len(t, got, len(table), "schema %s: deliveries", sd.e.Schema)
+	}
+	for _, sd := range sides {
+		sd.stop()
+		require.NoError(t, sd.ps.Close())
+		<-sd.col.Done
+	}
 }
