@@ -168,7 +168,7 @@ func parseWorkerFlags(env *cliEnv, args []string) (workerOptions, error) {
 	fs.DurationVar(&o.leaseDuration, "lease-duration", queue.DefaultLeaseDuration, "how long a leased job's claim lasts without a heartbeat (renewed every third of it)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "longest a worker waits without looking when no NOTIFY arrives")
 	fs.DurationVar(&o.termGrace, "term-grace", 5*time.Second, "when a command's attempt ends early (jobs cancel, timeout, shutdown deadline): time between SIGTERM and SIGKILL to its process group; 0 sends SIGKILL at once")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running jobs may finish after SIGINT/SIGTERM; 0 stops them at once")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 30*time.Second, "delay before the first retry; doubles per attempt, capped at 24h")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "address for /metrics and /healthz; \"off\" to disable")
 	fs.BoolVar(&o.handlerConnEnv, "handler-connection-env", false, "pass pgwake's connection settings (DATABASE_URL, PGWAKE_*, PGPASSWORD and the other libpq PG* variables) to handler commands; default: removed from their environment")
@@ -269,6 +269,13 @@ func workerConfig(env *cliEnv, o workerOptions, reg *prometheus.Registry) (queue
 	if jobTimeout <= 0 {
 		jobTimeout = -1
 	}
+	// queue.Config reads 0 as "the default" (10s); on the command line 0
+	// means no time at all: running commands are stopped at once, as
+	// --term-grace 0 sends SIGKILL at once.
+	shutdownTimeout := o.shutdownTimeout
+	if shutdownTimeout == 0 {
+		shutdownTimeout = time.Nanosecond
+	}
 	base := o.retryBackoff
 	return queue.Config{
 		Schema:             env.schema,
@@ -277,7 +284,7 @@ func workerConfig(env *cliEnv, o workerOptions, reg *prometheus.Registry) (queue
 		JobTimeout:         jobTimeout,
 		KindTimeouts:       o.kindTimeouts,
 		PollInterval:       o.pollInterval,
-		ShutdownTimeout:    o.shutdownTimeout,
+		ShutdownTimeout:    shutdownTimeout,
 		Retention:          o.retention,
 		LeasedKinds:        o.leased,
 		LeaseDuration:      o.leaseDuration,
