@@ -560,7 +560,19 @@ func (c *Client) claimLeased(ctx context.Context, queue string, n int, after *cl
 			held, err = scanLeasedClaim(b, rows)
 			return err
 		})
-		if err = c.pool.SendBatch(ctx, pb).Close(); err != nil {
+		// The statement commits on the server: once sent, its answer must
+		// be read, or a shutdown that cancels ctx meanwhile leaves the jobs
+		// it started running under a lease no handler holds, until the
+		// lease expires and a failed attempt is counted for a handler that
+		// never ran (TestLeasedClaimInFlightAtShutdownIsNotLeftRunning). So
+		// ctx decides whether it is sent, not whether its answer is read.
+		if err = ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("claim: %w", err)
+		}
+		sctx, cancel := c.recordContext(ctx)
+		err = c.pool.SendBatch(sctx, pb).Close()
+		cancel()
+		if err != nil {
 			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		if held || len(b.jobs) > 0 || after == nil {
