@@ -55,7 +55,20 @@ func (c *Client) Start(ctx context.Context) error {
 	c.started = st
 	c.mu.Unlock()
 	defer close(st.ready)
-	r, err := c.startup(runCtx)
+	// The startup ends when ctx does (its statements are bounded by it, as
+	// the doc says: TestStartIsBoundedByItsContext) or when a Stop cuts it
+	// short; what it starts runs on runCtx.
+	sctx, scancel := context.WithCancel(runCtx)
+	unhook := context.AfterFunc(ctx, scancel)
+	r, err := c.startup(sctx)
+	unhook()
+	scancel()
+	if err == nil && ctx.Err() != nil {
+		// The startup's statements gave up when ctx ended.
+		r.stopBackground()
+		c.running.Store(false)
+		err = fmt.Errorf("queue: start: %w", context.Cause(ctx))
+	}
 	if err == nil {
 		if err = r.waitListening(ctx); err != nil {
 			r.stopBackground()
