@@ -263,6 +263,7 @@ func TestCancelWaitsForAWorkerThatMissesTheNotification(t *testing.T) {
 	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
 	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.Fallbacks = nil // sslmode=prefer (a URL without sslmode) adds one on the real port
 	cc.ConnectTimeout = 100 * time.Millisecond
 	worker := newEnvOn(t, e.pool, e.schema, queue.Config{
 		Queues:             map[string]queue.QueueConfig{"default": {}},
@@ -302,6 +303,7 @@ func TestLostNotificationsCostAtMostAPoll(t *testing.T) {
 	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
 	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.Fallbacks = nil // sslmode=prefer (a URL without sslmode) adds one on the real port
 	cc.ConnectTimeout = 100 * time.Millisecond
 	worker := newEnvOn(t, e.pool, e.schema, queue.Config{
 		Queues:             map[string]queue.QueueConfig{"default": {}},

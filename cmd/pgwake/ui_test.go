@@ -55,3 +55,31 @@ func TestUIBindNeedsTokenOffLoopback(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.wait(), p.stderr.String())
 }
+
+// SIGTERM stops `pgwake ui` with a live stream open, exit 0 (the stream
+// does not hold the shutdown).
+func TestUIStopsWithAnOpenStream(t *testing.T) {
+	schema := migrated(t)
+	p := startPgwake(t, "ui", "--schema", schema, "--addr", "127.0.0.1:0")
+	re := regexp.MustCompile(`serving on http://\S*:(\d+)/`)
+	var port string
+	waitFor(t, "ui serving", func() bool {
+		m := re.FindStringSubmatch(p.stdout.String())
+		if m != nil {
+			port = m[1]
+		}
+		return m != nil
+	})
+	resp, err := http.Get("http://127.0.0.1:" + port + "/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	buf := make([]byte, 100)
+	_, err = resp.Body.Read(buf) // the stream's first bytes: it is open
+	require.NoError(t, err)
+	t0 := time.Now()
+	p.signal(syscall.SIGTERM)
+	code := p.wait()
+	require.Equal(t, 0, code, p.stderr.String())
+	require.Less(t, time.Since(t0), 10*time.Second)
+}
