@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -462,6 +463,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // transaction may sit idle before the server ends it.
 const idleMargin = 30 * time.Second
 
+// maxIdleTimeout is the largest idle_in_transaction_session_timeout
+// PostgreSQL accepts: INT_MAX milliseconds.
+const maxIdleTimeout = math.MaxInt32 * time.Millisecond
+
 // claimIdleTimeoutFor decides what the claim transactions set as their
 // idle_in_transaction_session_timeout. A handler working outside the
 // database (an HTTP call, an exec handler's command) leaves its claim
@@ -492,7 +497,11 @@ func (c *Client) claimIdleTimeoutFor(ctx context.Context) string {
 	switch {
 	case ms == 0:
 		return ""
-	case longest < 0:
+	case longest < 0 || longest > maxIdleTimeout-idleMargin:
+		// No limit, or one beyond what the setting holds (INT_MAX ms, about
+		// 24.8 days; and longest+idleMargin would wrap near MaxInt64):
+		// no limit for the claim's own transaction
+		// (TestHugeJobTimeoutUnderServerIdleTimeout).
 		return "0"
 	case time.Duration(ms)*time.Millisecond >= longest+idleMargin:
 		return ""

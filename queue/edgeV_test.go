@@ -1,0 +1,56 @@
+package queue_test
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
+	"github.com/pgwake/pgwake/queue"
+)
+
+// A job timeout of weeks (or none but huge) under a server
+// idle_in_transaction_session_timeout: the claim's lifted timeout must be a
+// value PostgreSQL accepts (at most INT_MAX ms, about 24.8 days) and must
+// not wrap around for a timeout near math.MaxInt64.
+func TestHugeJobTimeoutUnderServerIdleTimeout(t *testing.T) {
+	for name, jt := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "maxint64": math.MaxInt64} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t, func(c *pgxpool.Config) {
+				c.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "300ms"
+				c.MaxConns = 8
+			})
+			schema := pgtest.Schema(t)
+			_, err := migrations.Up(context.Background(), pgtest.NewPool(t, nil), schema)
+			require.NoError(t, err)
+			var runs atomic.Int32
+			e := newEnvOn(t, pool, schema, queue.Config{
+				Queues:     map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
+				JobTimeout: jt,
+				Handlers: map[string]queue.Handler{"slow": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					runs.Add(1)
+					if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+						return err
+					}
+					time.Sleep(time.Second) // idle in transaction
+					_, err := tx.Exec(ctx, `SELECT 1`)
+					return err
+				})},
+			})
+			r, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "slow"})
+			require.NoError(t, err)
+			e.run()
+			waitFor(t, 20*time.Second, "job done", func() bool { return e.count(`id = $1 AND state <> 'pending'`, r.ID) == 1 })
+			require.Equal(t, 1, e.count(`id = $1 AND state = 'succeeded' AND attempts = 1`, r.ID))
+			require.Equal(t, int32(1), runs.Load(), "ran once")
+		})
+	}
+}
