@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -93,7 +94,8 @@ type Config struct {
 	MaxBatch int
 	// BatchTarget is the handler time a batch aims for. Default 2ms.
 	BatchTarget time.Duration
-	// MaxAttempts is the default NewJob.MaxAttempts. Default 5.
+	// MaxAttempts is the default NewJob.MaxAttempts. Default 5; 1 to
+	// math.MaxInt32.
 	MaxAttempts int
 	// MaxPayloadBytes rejects larger payloads at enqueue. Default 1 MiB.
 	MaxPayloadBytes int
@@ -286,7 +288,7 @@ func (c Config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		return bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
 	}
-	if c.MaxAttempts < 1 {
+	if c.MaxAttempts < 1 || c.MaxAttempts > math.MaxInt32 { // the column's integer, as NewJob.MaxAttempts (TestMaxAttemptsBeyondInt32)
 		return fmt.Errorf("%w: MaxAttempts: %w (got %d)", ErrInvalidConfig, ErrInvalidMaxAttempts, c.MaxAttempts)
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > MaxMaxBatch {

@@ -54,3 +54,17 @@ func TestHugeJobTimeoutUnderServerIdleTimeout(t *testing.T) {
 		})
 	}
 }
+
+// Config.MaxAttempts beyond the jobs table's integer was accepted by New,
+// then every enqueue that took the default failed with ErrInvalidMaxAttempts.
+func TestMaxAttemptsBeyondInt32(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	_, err := queue.New(e.pool, queue.Config{Schema: e.schema, MaxAttempts: math.MaxInt32 + 1})
+	require.ErrorIs(t, err, queue.ErrInvalidConfig)
+	require.ErrorIs(t, err, queue.ErrInvalidMaxAttempts)
+	c, err := queue.New(e.pool, queue.Config{Schema: e.schema, MaxAttempts: math.MaxInt32})
+	require.NoError(t, err)
+	_, err = c.Enqueue(context.Background(), queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+}

@@ -68,7 +68,7 @@ type NewJob struct {
 	// is set; must not be negative.
 	Delay time.Duration
 	// MaxAttempts is how many times the job may run before it is marked
-	// failed. Default Config.MaxAttempts (5).
+	// failed. Default Config.MaxAttempts (5); 1 to math.MaxInt32.
 	MaxAttempts int
 	// UniqueKey, when set, makes a second enqueue with the same key, in the
 	// same scope, while the key is held return the holder's id and write
