@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -67,4 +68,37 @@ func TestMaxAttemptsBeyondInt32(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Enqueue(context.Background(), queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
+}
+
+// read-api.md: "A bad filter returns a *queue.FilterError (with the field)
+// before any SQL runs". PayloadContains that json.Valid accepts but jsonb
+// refuses, and created bounds beyond PostgreSQL's (or pgx's) range, were
+// SQL errors; a bound a million years back overflowed pgx's microseconds
+// silently.
+func TestReadFiltersJsonbAndTimeRange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{})
+	ctx := context.Background()
+	e.enqueueIDs(queue.NewJob{Kind: "k", Payload: map[string]any{"a": 1}})
+	for name, p := range map[string]queue.JobListParams{
+		"nul":       {PayloadContains: json.RawMessage(`{"a":"\u0000"}`)},
+		"badutf8":   {PayloadContains: json.RawMessage("{\"a\":\"\xff\"}")},
+		"surrogate": {PayloadContains: json.RawMessage(`{"a":"\ud800"}`)},
+		"bignum":    {PayloadContains: json.RawMessage(`{"a":1e1000000}`)},
+		"year1e6":   {CreatedBefore: time.Date(1000000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"year-1e6":  {CreatedAfter: time.Date(-1000000, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		_, err := e.c.JobList(ctx, p)
+		var fe *queue.FilterError
+		require.ErrorAs(t, err, &fe, name)
+	}
+	for name, p := range map[string]queue.JobListParams{
+		"match":    {PayloadContains: json.RawMessage(`{"a":1}`)},
+		"year9999": {CreatedBefore: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"year1":    {CreatedAfter: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		page, err := e.c.JobList(ctx, p)
+		require.NoError(t, err, name)
+		require.Len(t, page.Jobs, 1, name)
+	}
 }

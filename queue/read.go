@@ -140,8 +140,25 @@ func (p *JobListParams) validate() error {
 			return &FilterError{Field: f.name, Reason: "not valid UTF-8"}
 		}
 	}
-	if p.PayloadContains != nil && !json.Valid(p.PayloadContains) {
-		return &FilterError{Field: "PayloadContains", Reason: "not valid JSON"}
+	if p.PayloadContains != nil {
+		// What jsonb refuses although json.Valid accepts it (invalid UTF-8,
+		// \u0000, a lone surrogate, a number beyond numeric) is a bad
+		// filter too, not an SQL error (TestReadFiltersJsonbAndTimeRange).
+		if !json.Valid(p.PayloadContains) || !utf8.Valid(p.PayloadContains) {
+			return &FilterError{Field: "PayloadContains", Reason: "not valid JSON"}
+		}
+		if err := jsonbSafe(p.PayloadContains); err != nil {
+			return &FilterError{Field: "PayloadContains", Reason: err.Error()}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		t    time.Time
+	}{{"CreatedAfter", p.CreatedAfter}, {"CreatedBefore", p.CreatedBefore}} {
+		// Beyond them pgx's microseconds overflow or PostgreSQL refuses it.
+		if y := f.t.UTC().Year(); !f.t.IsZero() && (y < 1 || y > 9999) {
+			return &FilterError{Field: f.name, Reason: fmt.Sprintf("%s is outside years 1..9999 (UTC)", f.t)}
+		}
 	}
 	if !p.CreatedAfter.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedAfter.Before(p.CreatedBefore) {
 		return &FilterError{Field: "CreatedBefore", Reason: "not after CreatedAfter"}
