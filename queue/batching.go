@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -26,7 +27,14 @@ const slowKind = 50 * time.Millisecond
 
 // cutAfter is how long a batch may run before it releases the jobs it has
 // not started.
-func (c *Client) cutAfter() time.Duration { return 2 * c.cfg.BatchTarget }
+// Saturating: 2 x a BatchTarget near math.MaxInt64 wrapped negative, which
+// cut every batch after its first job (TestHugeBatchTargetStillBatches).
+func (c *Client) cutAfter() time.Duration {
+	if c.cfg.BatchTarget > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * c.cfg.BatchTarget
+}
 
 // kindStats holds, per registered kind, a decaying high-water mark of its
 // handler time in nanoseconds (0: not run yet). The map is fixed at New.

@@ -102,3 +102,32 @@ func TestReadFiltersJsonbAndTimeRange(t *testing.T) {
 		require.Len(t, page.Jobs, 1, name)
 	}
 }
+
+// A BatchTarget near math.MaxInt64 ("always full batches") made cutAfter,
+// 2 x BatchTarget, wrap negative: every batch was cut after its first job,
+// the rest released and claimed again, one claim per job.
+func TestHugeBatchTargetStillBatches(t *testing.T) {
+	for name, bt := range map[string]time.Duration{"1h": time.Hour, "maxint64": math.MaxInt64} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, queue.Config{
+				Queues:      map[string]queue.QueueConfig{"default": {MaxWorkers: 1}},
+				BatchTarget: bt,
+				Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+					return nil
+				})},
+			})
+			jobs := make([]queue.NewJob, 300)
+			for i := range jobs {
+				jobs[i] = queue.NewJob{Kind: "k"}
+			}
+			e.enqueueIDs(jobs...)
+			e.run()
+			waitFor(t, 30*time.Second, "all done", func() bool { return e.count(`state = 'succeeded'`) == len(jobs) })
+			// Jobs claimed, counting those claimed again after a cut batch
+			// released them: each once, give or take.
+			claimed := e.metric("pgwake_worker_claims_total", nil)
+			require.LessOrEqual(t, claimed, float64(2*len(jobs)), "jobs claimed for %d jobs", len(jobs))
+		})
+	}
+}
