@@ -37,11 +37,12 @@ type Config struct {
 	// pool): LISTEN needs a session.
 	ConnConfig *pgx.ConnConfig
 	// PingInterval is how long the connection may be idle before the listener
-	// pings it. Default 15s.
+	// pings it. Default 15s; at least MinPingInterval.
 	PingInterval time.Duration
-	// PingTimeout bounds one ping. Default 5s.
+	// PingTimeout bounds one ping. Default 5s; at least MinPingTimeout.
 	PingTimeout time.Duration
-	// MinBackoff is the first reconnect delay. Default 100ms.
+	// MinBackoff is the first reconnect delay. Default 100ms; at least
+	// MinMinBackoff, as MaxBackoff.
 	MinBackoff time.Duration
 	// MaxBackoff caps the reconnect delay. Default 5s.
 	MaxBackoff time.Duration
@@ -59,6 +60,33 @@ const ApplicationName = "pgwake_listener"
 
 // ErrNilConnConfig is returned by New when Config.ConnConfig is nil.
 var ErrNilConnConfig = errors.New("notify: Config.ConnConfig is required")
+
+// ErrInvalidConfig is wrapped by New's error for a duration below its
+// floor: a PingInterval of a nanosecond pinged the server without pause,
+// and tiny timeouts and backoffs reconnected without pause
+// (TestTinyPingIntervalDoesNotSpin).
+var ErrInvalidConfig = errors.New("notify: invalid config")
+
+// Floors of Config's durations (zero or negative takes the default).
+const (
+	MinPingInterval = 10 * time.Millisecond
+	MinPingTimeout  = 10 * time.Millisecond
+	MinMinBackoff   = time.Millisecond // MinBackoff and MaxBackoff at least
+)
+
+// checkDurations refuses a duration set below its floor.
+func (c Config) checkDurations() error {
+	for _, f := range []struct {
+		name     string
+		d, floor time.Duration
+	}{{"PingInterval", c.PingInterval, MinPingInterval}, {"PingTimeout", c.PingTimeout, MinPingTimeout},
+		{"MinBackoff", c.MinBackoff, MinMinBackoff}, {"MaxBackoff", c.MaxBackoff, MinMinBackoff}} {
+		if f.d > 0 && f.d < f.floor {
+			return fmt.Errorf("%w: %s %s is below %s", ErrInvalidConfig, f.name, f.d, f.floor)
+		}
+	}
+	return nil
+}
 
 // Listener owns the LISTEN connection. Create it with New, start it with Run.
 type Listener struct {
@@ -97,6 +125,9 @@ func New(cfg Config) (*Listener, error) {
 		cfg.ApplicationName = ApplicationName
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	if err := cfg.checkDurations(); err != nil {
+		return nil, err
+	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 15 * time.Second
 	}
