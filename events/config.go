@@ -55,7 +55,8 @@ type Config struct {
 	ReplConnConfig *pgconn.Config
 	// StatusInterval is the longest time between two standby status updates
 	// (acknowledgements) to the server; it must be well under the server's
-	// wal_sender_timeout (default 60s). Default 10s.
+	// wal_sender_timeout (default 60s). Default 10s; at least
+	// MinStatusInterval.
 	StatusInterval time.Duration
 	// MaxBatch bounds the events published per acknowledgement round, and
 	// the events of one transaction held in memory: a larger transaction is
@@ -65,11 +66,12 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the exponential backoff (with jitter)
 	// between reconnects and between publish retries. A session that
 	// streamed for MaxBackoff (at least 1s) starts the reconnect backoff
-	// over; one that fails sooner keeps doubling it. Defaults 100ms, 10s.
+	// over; one that fails sooner keeps doubling it. Defaults 100ms, 10s;
+	// each at least MinMinBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	// LagInterval is how often the slot's lag is checked against
 	// LagWarnBytes and LagWarnAge; the lag gauges are measured when
-	// scraped. Default 10s.
+	// scraped. Default 10s; at least MinLagInterval.
 	LagInterval time.Duration
 	// LagWarnBytes logs a warning when the slot retains more WAL than this.
 	// Default 1 GiB; negative disables.
@@ -157,8 +159,26 @@ func (c Config) validate() error {
 	if c.StatusInterval < 0 || c.MaxBatch < 0 || c.PublishAttempts < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.LagInterval < 0 {
 		return fmt.Errorf("%w: negative interval, batch or backoff (or MaxBackoff < MinBackoff)", ErrInvalidConfig)
 	}
+	// A nanosecond LagInterval ran the lag query without pause (~160 a
+	// second on an idle stream: TestTinyStreamIntervalsAreRefused).
+	for _, f := range []struct {
+		name     string
+		d, floor time.Duration
+	}{{"StatusInterval", c.StatusInterval, MinStatusInterval}, {"LagInterval", c.LagInterval, MinLagInterval},
+		{"MinBackoff", c.MinBackoff, MinMinBackoff}, {"MaxBackoff", c.MaxBackoff, MinMinBackoff}} {
+		if f.d < f.floor {
+			return fmt.Errorf("%w: %s %s is below %s", ErrInvalidConfig, f.name, f.d, f.floor)
+		}
+	}
 	return nil
 }
+
+// Floors of Config's durations, which New enforces.
+const (
+	MinStatusInterval = 100 * time.Millisecond
+	MinLagInterval    = 100 * time.Millisecond
+	MinMinBackoff     = time.Millisecond // MinBackoff and MaxBackoff at least
+)
 
 // ErrInvalidSlotName is wrapped by the error for a slot name that is not a
 // plain identifier.
