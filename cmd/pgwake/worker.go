@@ -220,6 +220,11 @@ func checkWorkerFlags(o *workerOptions, f workerFlags) error {
 	if o.retryBackoff <= 0 {
 		return usagef("--retry-backoff must be positive")
 	}
+	if o.retryBackoff > maxRetryBackoff {
+		// The cap: a larger first delay would exceed it, then the retries
+		// after it would fall back to it (TestRetryBackoffAboveItsCap).
+		return usagef("--retry-backoff %s is above the retries' cap of %s", o.retryBackoff, maxRetryBackoff)
+	}
 	if o.termGrace < 0 {
 		return usagef("--term-grace is negative")
 	}
@@ -228,6 +233,9 @@ func checkWorkerFlags(o *workerOptions, f workerFlags) error {
 	}
 	return f.checkRetention()
 }
+
+// maxRetryBackoff caps the worker's retry delays (--retry-backoff).
+const maxRetryBackoff = 24 * time.Hour
 
 // workerQueues is each of o's queues with o's concurrency.
 func workerQueues(o workerOptions) map[string]queue.QueueConfig {
@@ -289,7 +297,7 @@ func workerConfig(env *cliEnv, o workerOptions, reg *prometheus.Registry) (queue
 		LeasedKinds:        o.leased,
 		LeaseDuration:      o.leaseDuration,
 		Periodic:           o.periodic,
-		Backoff:            func(attempt int) time.Duration { return backoff.Exponential(attempt, base, 24*time.Hour) },
+		Backoff:            func(attempt int) time.Duration { return backoff.Exponential(attempt, base, maxRetryBackoff) },
 		ListenerConnConfig: listenerCC,
 		Logger:             env.log,
 		Registerer:         reg,
