@@ -37,6 +37,7 @@ func TestLogsHoldNoPayloadsOrPasswords(t *testing.T) {
 	// connection errors and reconnects.
 	lcc := pool.Config().ConnConfig.Copy()
 	lcc.Port = 1
+	lcc.Fallbacks = nil // sslmode=prefer adds one on the real port
 	c, err := queue.New(pool, queue.Config{
 		Schema:             w.schema,
 		Queues:             map[string]queue.QueueConfig{"default": {MaxWorkers: 2}},
