@@ -262,7 +262,7 @@ func TestCancelWaitsForAWorkerThatMissesTheNotification(t *testing.T) {
 	const work = 300 * time.Millisecond
 	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
-	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.Port = 1        // nothing listens there: no notification reaches this worker
 	cc.Fallbacks = nil // sslmode=prefer (a URL without sslmode) adds one on the real port
 	cc.ConnectTimeout = 100 * time.Millisecond
 	worker := newEnvOn(t, e.pool, e.schema, queue.Config{
@@ -302,7 +302,7 @@ func TestLostNotificationsCostAtMostAPoll(t *testing.T) {
 	started := make(chan time.Time, 10)
 	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
-	cc.Port = 1 // nothing listens there: no notification reaches this worker
+	cc.Port = 1        // nothing listens there: no notification reaches this worker
 	cc.Fallbacks = nil // sslmode=prefer (a URL without sslmode) adds one on the real port
 	cc.ConnectTimeout = 100 * time.Millisecond
 	worker := newEnvOn(t, e.pool, e.schema, queue.Config{

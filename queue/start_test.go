@@ -97,7 +97,7 @@ func TestStartupErrorsAreReturned(t *testing.T) {
 
 	e := newEnv(t, queue.Config{})
 	cc := e.pool.Config().ConnConfig.Copy()
-	cc.Port = 1 // nothing listens there
+	cc.Port = 1        // nothing listens there
 	cc.Fallbacks = nil // sslmode=prefer (a URL without sslmode) adds one on the real port
 	cc.ConnectTimeout = 100 * time.Millisecond
 	cfg.Schema, cfg.ListenerConnConfig = e.schema, cc
