@@ -68,6 +68,10 @@ func TestMaxAttemptsBeyondInt32(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Enqueue(context.Background(), queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
+	// A job's own value says which limit it broke.
+	_, err = c.Enqueue(context.Background(), queue.NewJob{Kind: "k", MaxAttempts: math.MaxInt32 + 1})
+	require.ErrorIs(t, err, queue.ErrInvalidMaxAttempts)
+	require.ErrorContains(t, err, "the limit is 2147483647")
 }
 
 // read-api.md: "A bad filter returns a *queue.FilterError (with the field)

@@ -242,8 +242,11 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 	if ma == 0 {
 		ma = c.cfg.MaxAttempts
 	}
-	if ma < 1 || ma > math.MaxInt32 {
+	if ma < 1 {
 		return fail("max_attempts", fmt.Errorf("%w: got %d", ErrInvalidMaxAttempts, ma))
+	}
+	if ma > math.MaxInt32 {
+		return fail("max_attempts", fmt.Errorf("%w: got %d, the limit is %d", ErrInvalidMaxAttempts, ma, math.MaxInt32))
 	}
 	p.maxAttempts = int32(ma)
 	if j.UniqueKey != "" {

@@ -22,8 +22,10 @@ func DefaultBackoff(attempt int) time.Duration {
 type RetryPolicy func(j *Job, err error) time.Duration
 
 // Snooze returns an error that, returned by a handler, puts the job back to
-// pending, due after d, without counting the attempt: its attempts stay as
-// they were, and a "snoozed" event is appended. Like any error, it rolls
+// pending, due after d (a negative d, such as time.Until of a time past,
+// counts as 0), without counting the attempt: its attempts stay as they
+// were, and a "snoozed" event is appended. A handler that always snoozes
+// its job by 0 runs it again and again at once: snooze by a delay. Like any error, it rolls
 // back what the handler wrote through its transaction.
 func Snooze(d time.Duration) error { return &outcomeError{kind: outcomeSnooze, delay: max(d, 0)} }
 
