@@ -243,8 +243,15 @@ func (l *Listener) Run(ctx context.Context) error {
 			}
 			l.log.Info("listener connected", zap.Bool("reconnect", !first))
 			first = false
-			wait.Reset()
+			began := time.Now()
 			err = l.serve(ctx, conn)
+			if time.Since(began) >= l.cfg.MaxBackoff {
+				// A connection that held starts the backoff over; one
+				// lost at once (a pooler or a script that ends it, a
+				// LISTEN refused) goes on doubling it, as a refused
+				// connect does, instead of reconnecting every MinBackoff.
+				wait.Reset()
+			}
 			l.setConnected(false)
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			conn.Close(cctx) //nolint:errcheck // the connection is being discarded

@@ -127,3 +127,42 @@ func TestBadInput(t *testing.T) {
 	_, err = l.Subscribe("ok", nil)
 	require.Error(t, err)
 }
+
+// A connection ended as soon as it is made (here by a loop that
+// terminates the listener's backend, as a pooler or an operator's script
+// might) backs off as a refused connect does. Before, each successful
+// connect reset the backoff: the listener reconnected every MinBackoff.
+func TestConnectionLostAtOnceBacksOff(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	app := "pgwake_test_notify_flap"
+	reg := prometheus.NewRegistry()
+	l, err := notify.New(notify.Config{
+		ConnConfig: pool.Config().ConnConfig, ApplicationName: app, Registerer: reg,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second,
+	})
+	require.NoError(t, err)
+	_, err = l.Subscribe("chan_flap", func(notify.Event) {})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	killerDone := make(chan struct{})
+	go func() { // end every connection of the listener as it appears
+		defer close(killerDone)
+		for ctx.Err() == nil {
+			_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	time.Sleep(3 * time.Second)
+	cancel()
+	require.NoError(t, <-done)
+	<-killerDone
+	// Doubling from 10 ms (jittered to half at least) to the 1 s cap takes
+	// about 8 reconnects in 3 s, and under 20 with the time each connect
+	// takes; at every MinBackoff it was well over 50.
+	n := testutil.ToFloat64(collector(t, reg, "pgwake_notify_reconnects_total"))
+	require.Greater(t, n, 0.0, "the connection was ended at least once")
+	require.Less(t, n, 20.0)
+}
