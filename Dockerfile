@@ -10,11 +10,13 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/pgwake ./cmd/pgwak
 
 # Alpine rather than scratch: exec handlers run under sh -c.
 FROM alpine:3.20
-RUN apk add --no-cache ca-certificates tzdata \
+# tini as PID 1: it reaps what exec handlers' commands leave behind (a
+# process whose parent died), which pgwake as PID 1 would not.
+RUN apk add --no-cache ca-certificates tzdata tini \
     && adduser -D -H -u 10001 pgwake
 COPY --from=build /out/pgwake /usr/local/bin/pgwake
 USER pgwake
 # Metrics and health: pass --metrics-addr :9464 to listen beyond loopback.
 EXPOSE 9464
-ENTRYPOINT ["pgwake"]
+ENTRYPOINT ["/sbin/tini", "--", "pgwake"]
 CMD ["help"]

@@ -213,7 +213,7 @@ func TestComposeServices(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(df), "go build")
 	require.Contains(t, string(df), "./cmd/pgwake")
-	require.Contains(t, string(df), `ENTRYPOINT ["pgwake"]`)
+	require.Contains(t, string(df), `ENTRYPOINT ["/sbin/tini", "--", "pgwake"]`)
 	gomod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
 	require.NoError(t, err)
 	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(gomod))[1]
@@ -234,7 +234,24 @@ func TestComposeServices(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, host, "inside the container the metrics must not bind to loopback")
 	require.Equal(t, []string{"127.0.0.1:" + port + ":" + port}, w.Ports)
-	require.NotEmpty(t, w.StopGrace, "stop_grace_period must exceed --shutdown-timeout")
+	// The worker exits at most --shutdown-timeout plus --term-grace after
+	// SIGTERM (TestWorkerShutdownTakesTheTimeoutPlusTheTermGrace): the
+	// grace period must cover both, or Docker kills it first.
+	grace, err := time.ParseDuration(w.StopGrace)
+	require.NoError(t, err, "stop_grace_period")
+	shutdown, termGrace := 10*time.Second, 5*time.Second // the flags' defaults
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--shutdown-timeout="); ok {
+			shutdown, err = time.ParseDuration(v)
+			require.NoError(t, err)
+		}
+		if v, ok := strings.CutPrefix(a, "--term-grace="); ok {
+			termGrace, err = time.ParseDuration(v)
+			require.NoError(t, err)
+		}
+	}
+	require.Greater(t, grace, shutdown+termGrace, "stop_grace_period must exceed --shutdown-timeout plus --term-grace")
+	require.Contains(t, string(df), `"/sbin/tini", "--"`, "an init as PID 1 reaps what exec handlers leave behind")
 
 	prom, err := os.ReadFile(filepath.Join(repoRoot, "deploy/prometheus/prometheus.yml"))
 	require.NoError(t, err)
