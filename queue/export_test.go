@@ -18,6 +18,14 @@ func SetRecordTimeout(c *Client, d time.Duration) { c.recordTimeout = d }
 // Call it before Run or Start.
 func SetHandOff(c *Client, d time.Duration) { c.handOff = d }
 
+// Starting reports whether a Start of c has begun (a Stop from now on
+// waits for it and stops what it started) and no Stop has taken it yet.
+func Starting(c *Client) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started != nil
+}
+
 // Signals are a client's test signals (testsignal.go), for the tests of
 // queue_test.
 type Signals struct {

@@ -214,7 +214,15 @@ func TestStopDuringStart(t *testing.T) {
 	}
 	started := make(chan error, 1)
 	go func() { started <- e.c.Start(ctx) }()
-	time.Sleep(200 * time.Millisecond) // Start is waiting for a connection
+	// Stop is called once Start has begun, which takes the goroutine's
+	// first steps; a fixed sleep here let a busy machine call Stop before
+	// Start, which rightly returned ErrNotStarted.
+	waitFor(t, 30*time.Second, "Start begun", func() bool { return queue.Starting(e.c) })
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned %v while every connection was held", err)
+	default: // Start is waiting for a connection
+	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- e.c.Stop(ctx) }()
 	select {
