@@ -566,7 +566,7 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 		_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "l"})
 		require.NoError(t, err)
 	}
-	e.run()
+	stop := e.run()
 	waitFor(t, 30*time.Second, "jobs succeeded", func() bool { return e.count(`state = 'succeeded'`) == 3 })
 	claims := 0
 	rec.mu.Lock()
@@ -577,20 +577,35 @@ func TestLeasedClaimCommitsWithoutWaitingForTheFlush(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	require.Positive(t, claims, "a leased claim sent behind synchronous_commit = off")
-	requireSynchronousCommitOn(t, pool)
+	requireSynchronousCommitOn(t, pool, stop)
 }
 
-// requireSynchronousCommitOn checks that every idle connection of pool has
-// synchronous_commit on: a transaction-local setting ended with its
-// transaction.
-func requireSynchronousCommitOn(t *testing.T, pool *pgxpool.Pool) {
+// requireSynchronousCommitOn stops the client (stop is its env's run
+// stop) and checks that every connection of pool has synchronous_commit
+// on: a transaction-local setting ended with its transaction. Stopped
+// first, because a running client may hold every connection of its pool
+// for a moment (this pool has 4 on 2 cores: MinPoolConns exactly), and
+// AcquireAllIdle then returns none.
+func requireSynchronousCommitOn(t *testing.T, pool *pgxpool.Pool, stop func()) {
 	t.Helper()
-	conns := pool.AcquireAllIdle(context.Background())
-	require.NotEmpty(t, conns)
+	stop()
+	ctx := context.Background()
+	var conns []*pgxpool.Conn
+	release := func() {
+		for _, c := range conns {
+			c.Release()
+		}
+		conns = nil
+	}
+	defer release()
+	waitFor(t, 30*time.Second, "every connection idle", func() bool {
+		release()
+		conns = pool.AcquireAllIdle(ctx)
+		return len(conns) > 0 && int32(len(conns)) == pool.Stat().TotalConns()
+	})
 	for _, c := range conns {
 		var v string
-		require.NoError(t, c.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&v))
-		c.Release()
+		require.NoError(t, c.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v))
 		require.Equal(t, "on", v, "the setting ended with its transaction")
 	}
 }
@@ -616,7 +631,7 @@ func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 			"failer": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return errors.New("no") }),
 		},
 	})
-	e.run()
+	stop := e.run()
 	// completions returns, in order, whether each completion batch (the one
 	// that ends in COMMIT after the successes' update) set
 	// synchronous_commit = off: the success statement does it when its
@@ -644,7 +659,7 @@ func TestHeldCompletionWaitsForTheFlushOnlyAfterHandlerWrites(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, false, false, true}, completions())
 	require.Equal(t, 1, e.count(`state = 'failed'`))
-	requireSynchronousCommitOn(t, pool)
+	requireSynchronousCommitOn(t, pool, stop)
 }
 
 // The grouped completion of leased successes runs with its generic plan

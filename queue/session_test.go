@@ -104,9 +104,14 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 		})
 	}
 	require.Equal(t, len(ids), e.count(`id = ANY($1) AND attempts = 1`, ids), "each job succeeded at its first attempt")
-	// Every connection the pool holds now has the settings it began with.
-	conns := e.pool.AcquireAllIdle(context.Background())
-	require.NotEmpty(t, conns)
+	// Every idle connection of the pool has the settings it began with. The
+	// running client may hold every connection for a moment (AcquireAllIdle
+	// then returns none): look again until one is idle.
+	var conns []*pgxpool.Conn
+	waitFor(t, 30*time.Second, "an idle connection", func() bool {
+		conns = e.pool.AcquireAllIdle(context.Background())
+		return len(conns) > 0
+	})
 	var got [][]string
 	for _, conn := range conns {
 		var u, a, to string
