@@ -46,7 +46,9 @@ func restoreSettings(role *string, idle string) string {
 	if idle != "" {
 		setIdle = `SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', ` + sqlident.Literal(idle) + `, true)`
 	}
-	return `SET LOCAL SESSION AUTHORIZATION DEFAULT; ` + setRole + `; SET LOCAL statement_timeout TO DEFAULT; SET LOCAL lock_timeout TO DEFAULT; ` + setIdle
+	// statement_timeout first: the handler's value (1ms, say) times the
+	// whole message, until the statement that puts it back.
+	return `SET LOCAL statement_timeout TO DEFAULT; SET LOCAL SESSION AUTHORIZATION DEFAULT; ` + setRole + `; SET LOCAL lock_timeout TO DEFAULT; ` + setIdle
 }
 
 // currentRole reads the role a transaction runs as ("none": the session

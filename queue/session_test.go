@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,7 +104,16 @@ func testSessionSetting(t *testing.T, leased bool, stmt string, nested bool) {
 			return n == len(ids)
 		})
 	}
-	require.Equal(t, len(ids), e.count(`id = ANY($1) AND attempts = 1`, ids), "each job succeeded at its first attempt")
+	if strings.Contains(stmt, "statement_timeout = '1ms'") {
+		// pgwake's own statement that puts the timeout back runs under
+		// it: on a loaded machine it can take over 1 ms and fail the
+		// attempt (the next one succeeds). Without the restore every
+		// attempt's COMMIT (a WAL flush) runs under 1 ms and jobs go on
+		// failing.
+		require.Equal(t, len(ids), e.count(`id = ANY($1) AND attempts <= 2`, ids), "each job succeeded by its second attempt")
+	} else {
+		require.Equal(t, len(ids), e.count(`id = ANY($1) AND attempts = 1`, ids), "each job succeeded at its first attempt")
+	}
 	// Every idle connection of the pool has the settings it began with. The
 	// running client may hold every connection for a moment (AcquireAllIdle
 	// then returns none): look again until one is idle.
