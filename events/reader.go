@@ -31,6 +31,11 @@ type reader struct {
 	pubDone <-chan struct{} // closed when the publisher stopped
 	rels    map[uint32]*relation
 
+	// skipBelow: transactions that committed before it were published by
+	// this stream in an earlier session (what it acknowledged, when the
+	// server's WAL still reaches that far); 0 skips nothing.
+	skipBelow pglogrepl.LSN
+
 	cur         *txn          // the open transaction, nil between transactions
 	idle        pglogrepl.LSN // keepalive position seen between transactions
 	nextStatus  time.Time
@@ -170,12 +175,20 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		// pgoutput sends a transaction only after it committed, so its
 		// commit LSN (FinalLSN) is known from the start.
 		r.cur = &txn{commitLSN: m.FinalLSN, commitTime: m.CommitTime}
+		// Positions acknowledged are ends of published transactions (or
+		// keepalive positions with everything before them published): a
+		// transaction that committed before one was published by this
+		// stream. The server sends it again when it lost the slot's
+		// confirmed position, which it writes to disk only at checkpoints:
+		// after a crash of PostgreSQL the slot resumes where the last
+		// checkpoint left it (TestDatabaseCrashUnderFullLoad).
+		r.cur.acked = m.FinalLSN < r.skipBelow
 	case *pglogrepl.InsertMessage:
 		rel := r.rels[m.RelationID]
 		if rel == nil {
 			return fmt.Errorf("events: insert into unknown relation %d (no RelationMessage)", m.RelationID)
 		}
-		if !rel.isEvents || r.cur == nil {
+		if !rel.isEvents || r.cur == nil || r.cur.acked {
 			return nil
 		}
 		e, err := r.decode(rel, m.Tuple)
@@ -198,6 +211,9 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		t := r.cur
 		r.cur = nil
 		if t == nil {
+			return nil
+		}
+		if t.acked {
 			return nil
 		}
 		t.commitLSN, t.end, t.commitTime = m.CommitLSN, m.TransactionEndLSN, m.CommitTime

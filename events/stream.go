@@ -333,6 +333,10 @@ type txn struct {
 	commitLSN  pglogrepl.LSN
 	end        pglogrepl.LSN // 0 in a part that is not the last
 	commitTime time.Time
+	// acked: the transaction committed before the position this stream
+	// already acknowledged, so it was published; a server that lost the
+	// slot's position in a crash sends it again, and it is skipped.
+	acked bool
 }
 
 // session runs one replication connection until it fails or ctx is done.
@@ -349,6 +353,26 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	confirmed, err := s.ensureSlot(ctx, conn)
 	if err != nil {
 		return err
+	}
+	// A crash of PostgreSQL can put the slot back to an older confirmed
+	// position (written to disk at checkpoints): what this stream
+	// acknowledged since then would be published again. Skip it, unless
+	// the server's WAL no longer reaches that far (a restore from a
+	// snapshot: those positions now hold other transactions).
+	var skipBelow pglogrepl.LSN
+	if acked := pglogrepl.LSN(s.acked.Load()); acked > confirmed {
+		sys, err := pglogrepl.IdentifySystem(ctx, conn)
+		if err != nil {
+			return classify(fmt.Errorf("events: IDENTIFY_SYSTEM: %w", err), s.replCfg.User)
+		}
+		if sys.XLogPos >= acked {
+			skipBelow = acked
+			s.log.Info("the slot resumes before what this stream acknowledged (a crash of the server); skipping what was published",
+				zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", confirmed.String()), zap.String("acknowledged", acked.String()))
+		} else {
+			s.log.Warn("the server's WAL ends before what this stream acknowledged (restored from a snapshot?); publishing from the slot's position",
+				zap.String("slot", s.cfg.Slot), zap.String("wal_end", sys.XLogPos.String()), zap.String("acknowledged", acked.String()))
+		}
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
@@ -383,7 +407,7 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 		defer close(pubDone)
 		pubErr = s.publishLoop(sctx, txns)
 	}()
-	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}}
+	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}, skipBelow: skipBelow}
 	err = r.run(sctx)
 	cancel()
 	if ctx.Err() != nil && !s.awaitPublisher(pubDone) {
