@@ -31,7 +31,7 @@ func TestWorkerShutdownTakesTheTimeoutPlusTheTermGrace(t *testing.T) {
 	took := time.Since(t0)
 	t.Logf("exit after %v", took)
 	require.GreaterOrEqual(t, took, 2*time.Second)
-	require.Less(t, took, 5*time.Second)
+	require.Less(t, took, 8*time.Second) // generous on a loaded machine; the sum is 2 s
 	pb, err := os.ReadFile(pidFile)
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
