@@ -48,7 +48,7 @@ func TestTinyPingIntervalDoesNotSpin(t *testing.T) {
 		}
 		return countingConn{Conn: c, writes: &writes}, nil
 	}
-	l, err := notify.New(notify.Config{ConnConfig: cc, PingInterval: notify.MinPingInterval, PingTimeout: notify.MinPingTimeout,
+	l, err := notify.New(notify.Config{ConnConfig: cc, PingInterval: notify.MinPingInterval, PingTimeout: time.Second, // a 10 ms timeout could expire on a loaded machine and reconnect
 		MinBackoff: notify.MinMinBackoff, MaxBackoff: notify.MinMinBackoff})
 	require.NoError(t, err)
 	var resyncs atomic.Int64
