@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,4 +135,20 @@ func TestHugeBatchTargetStillBatches(t *testing.T) {
 			require.LessOrEqual(t, claimed, float64(2*len(jobs)), "jobs claimed for %d jobs", len(jobs))
 		})
 	}
+}
+
+// Metadata is bounded by MaxPayloadBytes as the payload is: 10 MB of it was
+// stored (in the row and its enqueued event) though a payload over 1 MiB is
+// refused.
+func TestMetadataBoundedByThePayloadLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, queue.Config{MaxPayloadBytes: 1000})
+	_, err := e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", Metadata: map[string]string{"a": strings.Repeat("x", 1000)}})
+	require.ErrorIs(t, err, queue.ErrInvalidMetadata)
+	var je *queue.JobError
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, "metadata", je.Field)
+	require.Zero(t, e.count(`true`), "nothing written")
+	_, err = e.c.Enqueue(context.Background(), queue.NewJob{Kind: "k", Metadata: map[string]string{"a": strings.Repeat("x", 900)}})
+	require.NoError(t, err)
 }

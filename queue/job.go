@@ -87,7 +87,8 @@ type NewJob struct {
 	// microsecond to under 36,000 days (ErrInvalidUniqueKey otherwise).
 	UniquePeriod time.Duration
 	// Metadata is handed to the handler with the job (Job.Metadata), e.g. a
-	// trace context that Config.Hooks set. Nil or empty stores nothing.
+	// trace context that Config.Hooks set. Nil or empty stores nothing. At
+	// most Config.MaxPayloadBytes as a JSON object (ErrInvalidMetadata).
 	Metadata map[string]string
 }
 
@@ -266,6 +267,11 @@ func (c *Client) prepare(i int, j NewJob) (prepared, error) {
 		}
 		if p.metadata, err = json.Marshal(j.Metadata); err != nil {
 			return fail("metadata", fmt.Errorf("%w: %w", ErrInvalidMetadata, err))
+		}
+		if len(p.metadata) > c.cfg.MaxPayloadBytes {
+			// The row and its enqueued event carry it as they do the
+			// payload: the payload's limit bounds it too.
+			return fail("metadata", fmt.Errorf("%w: %d bytes as JSON, the limit is %d (Config.MaxPayloadBytes)", ErrInvalidMetadata, len(p.metadata), c.cfg.MaxPayloadBytes))
 		}
 	}
 	return prepareUnique(p, j, fail)
