@@ -32,8 +32,8 @@ type reader struct {
 	rels    map[uint32]*relation
 
 	// skipBelow: transactions that committed before it were published by
-	// this stream in an earlier session (what it acknowledged, when the
-	// server's WAL still reaches that far); 0 skips nothing.
+	// this stream in an earlier session (when the server is the same and
+	// its WAL still reaches that far); 0 skips nothing.
 	skipBelow pglogrepl.LSN
 
 	cur         *txn          // the open transaction, nil between transactions
@@ -175,13 +175,13 @@ func (r *reader) logical(ctx context.Context, m pglogrepl.Message) error {
 		// pgoutput sends a transaction only after it committed, so its
 		// commit LSN (FinalLSN) is known from the start.
 		r.cur = &txn{commitLSN: m.FinalLSN, commitTime: m.CommitTime}
-		// Positions acknowledged are ends of published transactions (or
-		// keepalive positions with everything before them published): a
-		// transaction that committed before one was published by this
-		// stream. The server sends it again when it lost the slot's
-		// confirmed position, which it writes to disk only at checkpoints:
-		// after a crash of PostgreSQL the slot resumes where the last
-		// checkpoint left it (TestDatabaseCrashUnderFullLoad).
+		// skipBelow is the end of a published transaction (or a
+		// keepalive position with everything before it published): a
+		// transaction that committed before it was published by this
+		// stream. The server sends it again after a lost connection (it
+		// was not yet acknowledged) or a crash of PostgreSQL (the slot
+		// resumes where the last checkpoint left it)
+		// (TestDatabaseCrashUnderFullLoad).
 		r.cur.acked = m.FinalLSN < r.skipBelow
 	case *pglogrepl.InsertMessage:
 		rel := r.rels[m.RelationID]

@@ -99,7 +99,7 @@ type Stream struct {
 	publishedTxn atomic.Uint64 // transactions (or parts) published in this session
 	handed       atomic.Uint64 // transactions (or parts) handed to the publisher in this session
 	acked        atomic.Uint64 // last flush position sent to the server
-	ackedOn      string        // system id/timeline of the server of the last session (session's goroutine only)
+	ackedOn      string        // system id/timeline of the server of the last session, where acked and published were (session's goroutine only)
 	pendingSince atomic.Int64  // commit time (unix ns) of the batch being published, 0 if none
 	sessions     atomic.Int64  // sessions that reached streaming
 	lagBytes     atomic.Int64  // last measured slot lag, for a scrape that cannot measure
@@ -355,28 +355,30 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	if err != nil {
 		return err
 	}
-	// A crash of PostgreSQL can put the slot back to an older confirmed
-	// position (written to disk at checkpoints): what this stream
-	// acknowledged since then would be published again. Skip it, unless
-	// it was acknowledged on another server or timeline (a failover, a
-	// restore) or the server's WAL no longer reaches that far (a restore
-	// from a snapshot): those positions may hold other transactions.
+	// The slot resumes at its confirmed position: a lost connection
+	// leaves out what was published and not yet acknowledged, and a crash
+	// of PostgreSQL can put it back further (a slot's position is written
+	// to disk at checkpoints). What this stream published since would go
+	// out again. Skip it, unless it was published from another server or
+	// timeline (a failover, a restore) or the server's WAL no longer
+	// reaches that far (a restore from a snapshot): those positions may
+	// hold other transactions.
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return classify(fmt.Errorf("events: IDENTIFY_SYSTEM: %w", err), s.replCfg.User)
 	}
 	server := fmt.Sprintf("%s/%d", sys.SystemID, sys.Timeline)
 	var skipBelow pglogrepl.LSN
-	if acked := pglogrepl.LSN(s.acked.Load()); acked > confirmed {
-		fields := []zap.Field{zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", confirmed.String()), zap.String("acknowledged", acked.String())}
+	if done := max(pglogrepl.LSN(s.acked.Load()), pglogrepl.LSN(s.published.Load())); done > confirmed {
+		fields := []zap.Field{zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", confirmed.String()), zap.String("published", done.String())}
 		switch {
 		case server != s.ackedOn:
-			s.log.Warn("the slot resumes before what this stream acknowledged on another server or timeline; publishing from the slot's position", fields...)
-		case sys.XLogPos >= acked:
-			skipBelow = acked
-			s.log.Info("the slot resumes before what this stream acknowledged (a crash of the server); skipping what was published", fields...)
+			s.log.Warn("the slot resumes before what this stream published on another server or timeline; publishing from the slot's position", fields...)
+		case sys.XLogPos >= done:
+			skipBelow = done
+			s.log.Info("the slot resumes before what this stream published; skipping that", fields...)
 		default:
-			s.log.Warn("the server's WAL ends before what this stream acknowledged (restored from a snapshot?); publishing from the slot's position",
+			s.log.Warn("the server's WAL ends before what this stream published (restored from a snapshot?); publishing from the slot's position",
 				append(fields, zap.String("wal_end", sys.XLogPos.String()))...)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -208,6 +210,7 @@ func crashUnderLoad(t *testing.T, publishDelay time.Duration, points [2]crashPoi
 	st, err := events.New(w.pool("pgwake_stream", 4), events.Config{
 		Schema: w.schema, Slot: slot, Publisher: pub, MaxBackoff: time.Second,
 		StatusInterval: time.Second,
+		Logger:         zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), // shown when the test fails
 	})
 	require.NoError(t, err)
 	stopStream := pgtest.RunInBackground(t, "stream", st.Run)
