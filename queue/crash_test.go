@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,6 +52,7 @@ func helperMain() int {
 		LeasedKinds:  leased,
 		// Short, so a test waits little for a killed helper's leases.
 		LeaseDuration: 300 * time.Millisecond,
+		Periodic:      helperPeriodic(),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -64,6 +66,15 @@ func helperMain() int {
 	return 0
 }
 
+// helperPeriodic is the helper's schedule: tickSchedule with
+// PGWAKE_TEST_PERIODIC set, none otherwise.
+func helperPeriodic() []queue.PeriodicJob {
+	if os.Getenv("PGWAKE_TEST_PERIODIC") == "" {
+		return nil
+	}
+	return tickSchedule(false)
+}
+
 // effectHandler writes the job's effect in the claim transaction, then holds
 // the transaction open for hold (a handler doing work). A job with payload
 // {"die": "exit"} or {"die": "kill"} then kills its own process, with
@@ -72,8 +83,9 @@ func helperMain() int {
 func effectHandler(schema string, hold time.Duration) queue.Handler {
 	return queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 		var p struct {
-			Die  string
-			Hang bool
+			Die       string
+			Hang      bool
+			FailFirst bool // fail the first attempt after its effect and hold
 		}
 		_ = json.Unmarshal(j.Payload, &p)
 		if p.Die == "kill-first" {
@@ -100,6 +112,9 @@ func effectHandler(schema string, hold time.Duration) queue.Handler {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+		}
+		if p.FailFirst && j.Attempt == 1 {
+			return errors.New("late failure of the first attempt")
 		}
 		return nil
 	})
