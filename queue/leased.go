@@ -684,14 +684,28 @@ func (c *Client) extendLeases(ctx context.Context, db leaseDB) error {
 	began := time.Now()
 	rows, err := db.Query(ctx, c.sql.extendLeases, ids, float64(c.cfg.LeaseDuration.Microseconds()), c.id)
 	held := map[int64]bool{}
+	locked := 0
 	if err == nil {
-		err = collectIDs(rows, held)
+		var id int64
+		var extended bool
+		_, err = pgx.ForEachRow(rows, []any{&id, &extended}, func() error {
+			// Not extended: another session holds the row's lock; still
+			// ours, looked at again at the next extension.
+			held[id] = true
+			if !extended {
+				locked++
+			}
+			return nil
+		})
 	}
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("extending leases failed", zap.Error(err), zap.Int("jobs", len(ids)))
 		}
 		return err
+	}
+	if locked > 0 {
+		c.log.Debug("leases not extended: their rows are locked by another session (a rescue, a cancel, a completion)", zap.Int("jobs", locked))
 	}
 	c.metrics.heartbeats.Inc()
 	c.metrics.heartbeatT.Observe(time.Since(began).Seconds())

@@ -169,3 +169,77 @@ func TestPausedPeriodicClientEnqueuesNoSlotTwice(t *testing.T) {
 	t.Logf("gaps: %d", gaps)
 	t.Logf("%d slots, one job each; the helper was paused 8 times, %s in all", len(slots), paused)
 }
+
+// A session that holds the row lock of one of a worker's leased jobs (a
+// rescuer paused between its SELECT ... FOR UPDATE of an expired lease and
+// its commit, an operator's open transaction) must not stall the worker's
+// heartbeat for its other jobs: their leases would expire and another
+// worker would run them while their handlers still run here, uncancelled.
+func TestLockedLeaseDoesNotStallTheHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type start struct {
+		id     int64
+		client string
+	}
+	starts := make(chan start, 100)
+	ended := make(chan int64, 100)
+	handler := func(client string) queue.Handler {
+		return queue.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
+			starts <- start{j.ID, client}
+			<-ctx.Done()
+			ended <- j.ID
+			return context.Cause(ctx)
+		})
+	}
+	a := newEnv(t, queue.Config{
+		Queues:          map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds:     []string{"long"},
+		LeaseDuration:   1500 * time.Millisecond,
+		JobTimeout:      time.Minute,
+		ShutdownTimeout: 100 * time.Millisecond,
+		Handlers:        map[string]queue.Handler{"long": handler("a")},
+	})
+	res, err := a.c.EnqueueMany(ctx, []queue.NewJob{{Kind: "long"}, {Kind: "long"}})
+	require.NoError(t, err)
+	x, y := res[0].ID, res[1].ID
+	require.Less(t, x, y)
+	a.run()
+	for range 2 {
+		select {
+		case s := <-starts:
+			require.Equal(t, "a", s.client)
+		case <-time.After(30 * time.Second):
+			t.Fatal("jobs did not start")
+		}
+	}
+	// Lock x's row, as a paused rescuer would.
+	lock, err := a.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `SELECT 1 FROM `+a.table("jobs")+` WHERE id = $1 FOR UPDATE`, x)
+	require.NoError(t, err)
+	// Another worker of the queue rescues what expires.
+	b := newEnvOn(t, a.pool, a.schema, queue.Config{
+		Queues:          map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
+		LeasedKinds:     []string{"long"},
+		LeaseDuration:   1500 * time.Millisecond,
+		ShutdownTimeout: 100 * time.Millisecond,
+		Backoff:         func(int) time.Duration { return 0 },
+		Handlers:        map[string]queue.Handler{"long": handler("b")},
+	})
+	b.run()
+	// Six lease durations: y's lease is extended (it is not locked) and
+	// y runs only on a; had it expired, b would have rescued and started it.
+	deadline := time.After(9 * time.Second)
+	for {
+		select {
+		case s := <-starts:
+			t.Fatalf("job %d started on %s while a still ran it (x %d, y %d): a's heartbeat stalled behind x's lock", s.id, s.client, x, y)
+		case <-deadline:
+			require.Equal(t, 1, a.count(`id = $1 AND state = 'running' AND attempts = 1`, y))
+			require.NoError(t, lock.Rollback(ctx))
+			return
+		}
+	}
+}

@@ -86,8 +86,10 @@ type statements struct {
 	// startLeased marks leased jobs $1 running with a lease of $2 µs owned
 	// by client $3, attempt counted. Rows: the ids it started.
 	startLeased string
-	// extendLeases extends client $3's leases of jobs $1 by $2 µs. Rows:
-	// the ids still leased.
+	// extendLeases extends client $3's leases of jobs $1 by $2 µs, skipping
+	// rows locked by another session. Rows: id, extended (false: locked by
+	// another session, still this client's by the statement's snapshot);
+	// an id not returned is no longer this client's.
 	extendLeases string
 	// expiredLeases locks up to 100 running jobs of queues $1 whose lease
 	// expired. Rows: id, queue, kind, attempts, max_attempts.
@@ -330,10 +332,31 @@ SELECT id FROM j`
 	s.rowWaiter = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.locktype = 'tuple' AND l.granted
 	AND l.relation = '` + jobs + `'::pg_catalog.regclass AND $1::int = ANY (pg_catalog.pg_blocking_pids(l.pid)))`
 	s.leaseHeld = `SELECT EXISTS (SELECT 1 FROM ` + jobs + ` WHERE id = $1 AND ` + stateIs("state", "running") + ` AND leased_by = $2::text)`
+	// Rows another session has locked (a rescuer between its lock and
+	// its commit, paused maybe; an operator's open transaction; this
+	// client's own completion about to commit) are skipped, not waited
+	// for: waiting stalled the extension of every other lease of the
+	// client for as long as that lock was held, and those leases expired
+	// and were rescued while their handlers ran
+	// (TestLockedLeaseDoesNotStallTheHeartbeat). Such a row still ours by
+	// the statement's snapshot is returned with extended false: its
+	// handler goes on, and the next extension looks again.
 	s.extendLeases = `
-UPDATE ` + jobs + ` SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
-WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
-RETURNING id`
+WITH mine AS (
+	SELECT id FROM ` + jobs + `
+	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
+), free AS (
+	SELECT id FROM ` + jobs + `
+	WHERE id IN (SELECT id FROM mine) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
+	FOR UPDATE SKIP LOCKED
+), x AS (
+	UPDATE ` + jobs + ` j SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
+	FROM free WHERE j.id = free.id
+	RETURNING j.id
+)
+SELECT id, true FROM x
+UNION ALL
+SELECT id, false FROM mine WHERE id NOT IN (SELECT id FROM x) AND id NOT IN (SELECT id FROM free)`
 	s.expiredLeases = `
 SELECT id, queue, kind, attempts, max_attempts FROM ` + jobs + `
 WHERE state = 'running' AND queue = ANY($1::text[]) AND lease_expires_at < clock_timestamp()
