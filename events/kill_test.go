@@ -76,9 +76,20 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	s, err := events.New(pool, events.Config{Schema: schema, Slot: slot, Publication: slot + "_pub",
+	var pub message.Publisher = tableSink{pool, schema}
+	if relay := os.Getenv("PGWAKE_TEST_RELAY"); relay != "" {
+		delay, _ := time.ParseDuration(os.Getenv("PGWAKE_TEST_PUBLISH_DELAY"))
+		pub = relaySink{pool: pool, schema: schema, relay: relay, delay: delay}
+	}
+	cfg := events.Config{Schema: schema, Slot: slot, Publication: slot + "_pub",
 		Logger:    logger,
-		Publisher: tableSink{pool, schema}, StatusInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+		Publisher: pub, StatusInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	if v := os.Getenv("PGWAKE_TEST_WAL_SENDER_TIMEOUT"); v != "" {
+		rc := pool.Config().ConnConfig.Config.Copy()
+		rc.RuntimeParams["wal_sender_timeout"] = v
+		cfg.ReplConnConfig = rc
+	}
+	s, err := events.New(pool, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -107,11 +118,12 @@ type forwarder struct {
 	exited chan struct{}
 }
 
-func startForwarder(t *testing.T, e *env) *forwarder {
+func startForwarder(t *testing.T, e *env, env ...string) *forwarder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "PGWAKE_TEST_URL="+e.Pool.Config().ConnString(),
 		"PGWAKE_TEST_SCHEMA="+e.Schema, "PGWAKE_TEST_SLOT="+e.Slot)
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr

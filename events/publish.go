@@ -60,12 +60,14 @@ type flight struct {
 // events, encodes them and sends them; confirmLoop awaits the broker's
 // acknowledgements in order and advances the published position. Encoding
 // and sending the next batch overlap with awaiting the previous ones.
-func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
+// Each publication waits for fn's check that the slot still streams to
+// this session (fence.go).
+func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn, fn *fence) error {
 	flights := make(chan *flight, maxFlights-1)
 	confirmed := make(chan error, 1)
 	var inflight atomic.Int64      // events in flights not yet confirmed
 	room := make(chan struct{}, 1) // a flight was confirmed
-	go func() { confirmed <- s.confirmLoop(ctx, flights, &inflight, room) }()
+	go func() { confirmed <- s.confirmLoop(ctx, flights, &inflight, room, fn) }()
 	stop := func(err error) error {
 		close(flights)
 		if cerr := <-confirmed; err == nil {
@@ -106,6 +108,14 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 				return err
 			}
 		}
+		// Not after the session ended, nor when another session took the
+		// slot while this process was paused.
+		if err := fn.check(ctx); err != nil {
+			if errors.Is(err, errNotOurs) {
+				return stop(err)
+			}
+			return stop(nil)
+		}
 		f := &flight{txns: batch, runs: s.encode(batch), events: n}
 		inflight.Add(int64(n))
 		for _, r := range f.runs {
@@ -119,7 +129,10 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 			}
 			// Synchronous publisher, or the async send failed: publish
 			// here, retrying until it succeeds.
-			if err := s.publishRun(ctx, r, async != nil); err != nil {
+			if err := s.publishRun(ctx, r, async != nil, fn); err != nil {
+				if errors.Is(err, errNotOurs) {
+					return stop(err)
+				}
 				return stop(nil) // stopped mid-retry; nothing of the batch is acknowledged
 			}
 		}
@@ -137,7 +150,7 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn) error {
 // confirmLoop awaits each flight's acknowledgements in order, publishes
 // again what the broker refused, and then advances the published position
 // past the flight's whole transactions.
-func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflight *atomic.Int64, room chan<- struct{}) error {
+func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflight *atomic.Int64, room chan<- struct{}, fn *fence) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancel) })
@@ -149,7 +162,10 @@ func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflig
 			}
 			if err := r.wait(wctx); err != nil {
 				s.publishFailed(r, err)
-				if err := s.publishRun(ctx, r, true); err != nil {
+				if err := s.publishRun(ctx, r, true, fn); err != nil {
+					if errors.Is(err, errNotOurs) {
+						return err
+					}
 					return nil // stopped mid-retry
 				}
 			}
@@ -239,10 +255,11 @@ func (s *Stream) publishFailed(r *run, err error) {
 
 // publishRun publishes r with Publish, retrying with backoff until it
 // succeeds (failed: an attempt already failed, back off first); it returns
-// an error only when ctx is done. With a DeadLetterTopic, after
+// an error only when ctx is done or fn finds the slot another session's
+// (errNotOurs): every attempt waits for fn's check. With a DeadLetterTopic, after
 // PublishAttempts failed attempts the messages go one by one, and one that
 // its topic refuses goes to the dead-letter topic.
-func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
+func (s *Stream) publishRun(ctx context.Context, r *run, failed bool, fn *fence) error {
 	wait := s.cfg.MinBackoff
 	attempts := 0
 	if failed {
@@ -256,6 +273,9 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool) error {
 				return ctx.Err()
 			}
 			wait = min(wait*2, s.cfg.MaxBackoff)
+		}
+		if err := fn.check(ctx); err != nil {
+			return err
 		}
 		if s.cfg.DeadLetterTopic != "" && attempts >= s.cfg.PublishAttempts {
 			if s.publishEach(r) {

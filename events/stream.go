@@ -414,7 +414,7 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	var pubErr error
 	go func() {
 		defer close(pubDone)
-		pubErr = s.publishLoop(sctx, txns)
+		pubErr = s.publishLoop(sctx, txns, &fence{s: s, pid: conn.PID()})
 	}()
 	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}, skipBelow: skipBelow}
 	err = r.run(sctx)
