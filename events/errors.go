@@ -78,3 +78,11 @@ func slotName(msg string) string {
 	}
 	return name
 }
+
+// ErrMessageTooLarge is wrapped by a publisher's error when the broker
+// refuses a message for its size (NATS max_payload): publishing it again
+// cannot succeed, and neither can the dead-letter topic. The stream skips
+// such an event (logged with its id, pgwake_events_skipped_total
+// {reason="too_large"}) and publishes the rest of its batch; read it from
+// the events table (TestEventLargerThanMaxPayload). natsbridge wraps it.
+var ErrMessageTooLarge = errors.New("events: message larger than the broker accepts")

@@ -278,7 +278,7 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool, fn *fence)
 			return err
 		}
 		if s.cfg.DeadLetterTopic != "" && attempts >= s.cfg.PublishAttempts {
-			if s.publishEach(r) {
+			if s.publishEach(r, true) {
 				return nil
 			}
 		} else {
@@ -287,6 +287,12 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool, fn *fence)
 				return nil
 			}
 			s.publishFailed(r, err)
+			// A message the broker refuses for its size would be
+			// refused for ever, here and by a dead-letter topic: publish
+			// one by one and skip it (TestEventLargerThanMaxPayload).
+			if errors.Is(err, ErrMessageTooLarge) && s.publishEach(r, false) {
+				return nil
+			}
 		}
 		attempts++
 		failed = true
@@ -296,12 +302,24 @@ func (s *Stream) publishRun(ctx context.Context, r *run, failed bool, fn *fence)
 // publishEach publishes r's messages one at a time; a message its topic
 // refuses goes to the dead-letter topic, logged with its event id and
 // counted. It returns false when the dead-letter topic refuses too: then
-// the broker, not the message, is the problem, and r is retried whole.
-func (s *Stream) publishEach(r *run) bool {
+// the broker, not the message, is the problem, and r is retried whole. A
+// message refused as too large (ErrMessageTooLarge) is skipped, logged
+// with its id and counted; with deadLetter false any other refusal
+// returns false at once.
+func (s *Stream) publishEach(r *run, deadLetter bool) bool {
 	for _, m := range r.msgs {
 		err := s.cfg.Publisher.Publish(r.topic, m)
 		if err == nil {
 			continue
+		}
+		if errors.Is(err, ErrMessageTooLarge) {
+			id, _ := MessageEventID(m)
+			s.skip(id, "too_large", err)
+			continue
+		}
+		if !deadLetter {
+			s.publishFailed(r, err)
+			return false
 		}
 		if derr := s.cfg.Publisher.Publish(s.cfg.DeadLetterTopic, m); derr != nil {
 			s.publishFailed(r, errors.Join(err, derr))

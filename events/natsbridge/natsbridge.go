@@ -2,14 +2,15 @@
 // message.Publisher for events.Config.Publisher that returns only when
 // JetStream acknowledged every message of the call (so the stream
 // acknowledges a WAL position only once the broker stored the events) and
-// sets Nats-Msg-Id to the message UUID, which is derived from the event id:
-// JetStream drops a re-published event within its duplicate window.
+// sets Nats-Msg-Id to the message UUID, which is derived from the event id: JetStream drops a re-published event within
+// its duplicate window. A message over the server's max_payload fails with
+// an error wrapping events.ErrMessageTooLarge, and the stream skips it.
 //
 // Messages are in watermill-nats's wire format (its NATSMarshaler: payload
 // as data, metadata as headers), so watermill-nats subscribers read them. By
 // default a Publish call sends its messages asynchronously, in order on one
-// connection, and then waits for all acknowledgements; SyncPublish uses
-// watermill-nats's own publisher instead (one round trip per message).
+// connection, and then waits for all acknowledgements; SyncPublish sends
+// one message at a time instead (one round trip per message).
 package natsbridge
 
 import (
@@ -25,6 +26,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/pgwake/pgwake/events"
 )
 
 // Config configures NewPublisher. URL is required.
@@ -44,7 +47,7 @@ type Config struct {
 	// AckTimeout bounds the wait for JetStream's acknowledgements of one
 	// Publish call. Default 30s.
 	AckTimeout time.Duration
-	// SyncPublish publishes with watermill-nats's Publisher, waiting for each
+	// SyncPublish publishes one message at a time, waiting for each
 	// message's acknowledgement before sending the next. Default false.
 	SyncPublish bool
 	// Logger gets watermill's logs. Default none.
@@ -94,16 +97,12 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 		}
 		return &asyncPublisher{nc: nc, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
 	}
-	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
-		Marshaler:         &wmnats.NATSMarshaler{},
-		SubjectCalculator: wmnats.DefaultSubjectCalculator,
-		JetStream:         wmnats.JetStreamConfig{TrackMsgId: true},
-	}, cfg.Logger)
+	js, err := nc.JetStream(nats.MaxWait(cfg.AckTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("natsbridge: %w", err)
+		return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
 	}
-	return pub, nil
+	return &syncPublisher{nc: nc, js: js}, nil
 }
 
 // EnsureStream creates the JetStream stream with subjects unless a stream of
@@ -192,7 +191,7 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		// Past the pending limit, wait for room as long as for an ack.
 		f, err := p.js.PublishMsgAsync(natsMsg(topic, m), p.stall)
 		if err != nil {
-			return nil, fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+			return nil, publishError(topic, err)
 		}
 		futures = append(futures, f)
 	}
@@ -235,6 +234,39 @@ func natsMsg(topic string, m *message.Message) *nats.Msg {
 	vals = append(vals, m.UUID)
 	h[nats.MsgIdHdr] = vals[len(vals)-1 : len(vals) : len(vals)]
 	return &nats.Msg{Subject: topic, Data: m.Payload, Header: h}
+}
+
+// publishError wraps err of publishing to topic; a message over the
+// server's max_payload wraps events.ErrMessageTooLarge.
+func publishError(topic string, err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("natsbridge: publishing to %s: %w (%w)", topic, events.ErrMessageTooLarge, err)
+	}
+	return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+}
+
+// syncPublisher publishes one message at a time, each awaiting
+// JetStream's acknowledgement.
+type syncPublisher struct {
+	nc *nats.Conn
+	js nats.JetStreamContext
+}
+
+// Publish sends msgs to subject topic in order, each acknowledged before
+// the next is sent.
+func (p *syncPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if _, err := p.js.PublishMsg(natsMsg(topic, m)); err != nil {
+			return publishError(topic, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (p *syncPublisher) Close() error {
+	p.nc.Close()
+	return nil
 }
 
 // Close closes the connection.
