@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -20,8 +23,40 @@ import (
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/events/internal/eventstest"
 	"github.com/pgwake/pgwake/events/natsbridge"
+	"github.com/pgwake/pgwake/internal/natstest"
 	"github.com/pgwake/pgwake/queue"
 )
+
+// Two forwarders of two databases, both with pgwake in schema "pgwake"
+// (the default) and their own topics, share the CLI's default JetStream
+// stream PGWAKE_EVENTS (the second's EnsureStream adds its subjects to
+// it). JetStream's duplicate window is per stream, so the second
+// database's event 1 must not be dropped as a duplicate of the first's
+// event 1 on another subject: before, it was acknowledged (as a
+// duplicate) and never stored.
+func TestSameEventIDOnTwoSubjectsOfOneStreamIsStoredTwice(t *testing.T) {
+	t.Parallel()
+	natstest.KeepJetStream(t)
+	for _, sync := range []bool{false, true} {
+		prefix := "pgwake_test_" + randomName()
+		stream := strings.ToUpper(prefix)
+		_, js := jetStream(t, stream)
+		pubA, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".a"}, SyncPublish: sync})
+		require.NoError(t, err)
+		pubB, err := natsbridge.NewPublisher(natsbridge.Config{URL: natsURL(), Stream: stream, Subjects: []string{prefix + ".b"}, SyncPublish: sync})
+		require.NoError(t, err)
+		for i, pub := range []message.Publisher{pubA, pubB} {
+			m, err := events.NewMessage("pgwake", events.Event{ID: 1, JobID: 1, Type: events.TypeEnqueued, Queue: fmt.Sprint(i), At: time.Now()}, pglogrepl.LSN(1))
+			require.NoError(t, err)
+			require.NoError(t, pub.Publish(prefix+"."+string(rune('a'+i)), m))
+		}
+		info, err := js.StreamInfo(stream)
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), info.State.Msgs, "sync=%v: both databases' event 1 stored", sync)
+		require.NoError(t, pubA.Close())
+		require.NoError(t, pubB.Close())
+	}
+}
 
 // ownServer starts a nats-server with JetStream (file storage) and the
 // given extra config lines on a free port; it is killed when the test ends.

@@ -2,7 +2,8 @@
 // message.Publisher for events.Config.Publisher that returns only when
 // JetStream acknowledged every message of the call (so the stream
 // acknowledges a WAL position only once the broker stored the events) and
-// sets Nats-Msg-Id to the message UUID, which is derived from the event id: JetStream drops a re-published event within
+// sets Nats-Msg-Id to the subject and the message UUID (MsgID), which is
+// derived from the event id: JetStream drops a re-published event within
 // its duplicate window. A message over the server's max_payload fails with
 // an error wrapping events.ErrMessageTooLarge, and the stream skips it.
 //
@@ -216,7 +217,7 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 
 // natsMsg is m in the format of watermill-nats's NATSMarshaler (payload
 // as data, metadata as headers, the UUID in its _watermill_message_uuid
-// header) with Nats-Msg-Id set to the UUID, as the nats.MsgId option would
+// header) with Nats-Msg-Id set to MsgID(topic, UUID), as the nats.MsgId option would
 // set it: one header map sized for all of them, the values in one array
 // (the marshaler and the option grew the map past 8 keys for every
 // message). TestPublishersOrderAndDeduplicate reads it back with the
@@ -231,10 +232,20 @@ func natsMsg(topic string, m *message.Message) *nats.Msg {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	vals = append(vals, m.UUID)
+	vals = append(vals, MsgID(topic, m.UUID))
 	h[nats.MsgIdHdr] = vals[len(vals)-1 : len(vals) : len(vals)]
 	return &nats.Msg{Subject: topic, Data: m.Payload, Header: h}
 }
+
+// MsgID is the Nats-Msg-Id of a message with uuid published to subject:
+// "<subject>:<uuid>". JetStream's duplicate window is per stream, not per
+// subject, and a message UUID names a schema and an event id only: two
+// databases with pgwake in schemas of the same name, forwarding to their
+// own topics in one stream (the CLI's default PGWAKE_EVENTS), have events
+// of equal UUIDs, and with the UUID alone JetStream dropped the second as a
+// duplicate of the first (TestSameEventIDOnTwoSubjectsOfOneStreamIsStoredTwice).
+// A re-published event has the same topic, so the same MsgID.
+func MsgID(subject, uuid string) string { return subject + ":" + uuid }
 
 // publishError wraps err of publishing to topic; a message over the
 // server's max_payload wraps events.ErrMessageTooLarge.

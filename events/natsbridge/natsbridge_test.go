@@ -78,7 +78,7 @@ func TestStreamToJetStreamInCommitOrder(t *testing.T) {
 		ev, err := events.Decode(msg.Data)
 		require.NoError(t, err)
 		require.Equal(t, prefix+"."+events.SubjectSafe(ev.Queue), msg.Subject)
-		require.Equal(t, events.MessageUUID(e.Schema, ev.ID), msg.Header.Get(nats.MsgIdHdr))
+		require.Equal(t, natsbridge.MsgID(msg.Subject, events.MessageUUID(e.Schema, ev.ID)), msg.Header.Get(nats.MsgIdHdr))
 		lsn, err := pglogreplParse(msg.Header.Get(events.MetaLSN))
 		require.NoError(t, err)
 		got = append(got, eventstest.Received{Ev: ev, LSN: lsn})
@@ -183,7 +183,7 @@ func TestPublishersOrderAndDeduplicate(t *testing.T) {
 			require.Equal(t, sent.UUID, wm.UUID, "sync=%v", sync)
 			require.Equal(t, sent.Metadata, wm.Metadata, "sync=%v", sync)
 			require.Equal(t, []byte(sent.Payload), []byte(wm.Payload))
-			require.Equal(t, sent.UUID, msg.Header.Get(nats.MsgIdHdr))
+			require.Equal(t, natsbridge.MsgID(prefix, sent.UUID), msg.Header.Get(nats.MsgIdHdr))
 		}
 		_ = sub.Unsubscribe()
 		_ = js.DeleteStream(stream)
