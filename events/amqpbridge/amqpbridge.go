@@ -1,10 +1,12 @@
 // Package amqpbridge publishes pgwake events to RabbitMQ (AMQP 0.9.1): a
 // Watermill message.Publisher for events.Config.Publisher with publisher
 // confirms on, so the stream acknowledges a WAL position only once the
-// broker took the events. By default it sends a call's messages on one
+// broker took the events. Messages are mandatory: one that no queue bound
+// to its exchange takes is returned, and the publish fails with ErrNoQueue
+// (RabbitMQ drops it otherwise, yet confirms it). By default it sends a call's messages on one
 // confirm-mode channel without waiting and awaits their confirms
 // afterwards (events.AsyncPublisher: several batches on the wire);
-// SyncPublish uses watermill-amqp's publisher (a confirm round trip per
+// SyncPublish sends one message at a time (a confirm round trip per
 // message). Messages are in watermill-amqp's wire format
 // (DefaultMarshaler), so its subscribers read them.
 //
@@ -15,7 +17,6 @@ package amqpbridge
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"time"
 
@@ -31,12 +32,20 @@ type Config struct {
 	// ConfirmTimeout bounds the wait for the confirms of one Publish call.
 	// Default 30s.
 	ConfirmTimeout time.Duration
-	// SyncPublish publishes with watermill-amqp's Publisher, waiting for
-	// each message's confirm before sending the next. Default false.
+	// SyncPublish publishes one message at a time, waiting for each
+	// message's confirm before sending the next. Default false.
 	SyncPublish bool
-	// Logger gets watermill's logs (SyncPublish only). Default none.
+	// Logger is unused (it got watermill-amqp's logs when SyncPublish used
+	// its publisher). Default none.
 	Logger watermill.LoggerAdapter
 }
+
+// ErrNoQueue is wrapped by a publish error when the broker returned a
+// message because no queue is bound to the topic's exchange: RabbitMQ
+// confirms and drops such a message unless it is mandatory, and the
+// events were lost. The stream retries it (holding the slot) until a queue
+// is bound, or dead-letters it to a topic that has one.
+var ErrNoQueue = errors.New("no queue is bound to the exchange: the broker returned the message")
 
 // ErrUnreachable is returned when the broker cannot be reached.
 var ErrUnreachable = errors.New("amqpbridge: AMQP broker unreachable")
@@ -64,14 +73,14 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	if cfg.ConfirmTimeout == 0 {
 		cfg.ConfirmTimeout = 30 * time.Second
 	}
-	if !cfg.SyncPublish {
-		return newAsyncPublisher(cfg.URL, cfg.ConfirmTimeout)
+	p, err := newAsyncPublisher(cfg.URL, cfg.ConfirmTimeout)
+	switch {
+	case err != nil:
+		return nil, err
+	case cfg.SyncPublish:
+		return syncPublisher{p}, nil
 	}
-	pub, err := wmamqp.NewPublisher(PubSubConfig(cfg.URL), cfg.Logger)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; is RabbitMQ running and are the credentials right?", ErrUnreachable, redact(cfg.URL), err)
-	}
-	return pub, nil
+	return p, nil
 }
 
 // redact hides the password of an AMQP URL.

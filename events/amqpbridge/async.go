@@ -25,8 +25,58 @@ type asyncPublisher struct {
 	mu       sync.Mutex // one sender at a time: keeps the order; guards the rest
 	conn     *amqp.Connection
 	ch       *amqp.Channel
+	returns  *returns        // messages ch got back as unroutable
 	declared map[string]bool // exchanges declared on ch
 	closed   bool
+}
+
+// returns records the messages a channel got back (basic.return): a
+// mandatory message no queue takes. RabbitMQ sends the return before the
+// message's confirm, and amqp091 hands it over before it handles the
+// confirm, so once a message is confirmed, a sync through the goroutine
+// that records returns tells whether it came back.
+type returns struct {
+	mu    sync.Mutex
+	uuids map[string]bool
+	sync  chan struct{}
+	done  chan struct{} // the channel closed; every return is recorded
+}
+
+func watchReturns(ch *amqp.Channel) *returns {
+	r := &returns{uuids: map[string]bool{}, sync: make(chan struct{}), done: make(chan struct{})}
+	in := ch.NotifyReturn(make(chan amqp.Return))
+	go func() {
+		defer close(r.done)
+		for {
+			select {
+			case ret, ok := <-in:
+				if !ok {
+					return
+				}
+				uuid, _ := ret.Headers[wmamqp.DefaultMessageUUIDHeaderKey].(string)
+				r.mu.Lock()
+				r.uuids[uuid] = true
+				r.mu.Unlock()
+			case <-r.sync:
+			}
+		}
+	}()
+	return r
+}
+
+// returned reports (and forgets) whether the message of uuid, confirmed,
+// came back.
+func (r *returns) returned(ctx context.Context, uuid string) bool {
+	select {
+	case r.sync <- struct{}{}:
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ret := r.uuids[uuid]
+	delete(r.uuids, uuid)
+	return ret
 }
 
 func newAsyncPublisher(url string, timeout time.Duration) (*asyncPublisher, error) {
@@ -62,6 +112,7 @@ func (p *asyncPublisher) channel() (*amqp.Channel, error) {
 		return nil, err
 	}
 	p.conn, p.ch, p.declared = conn, ch, map[string]bool{}
+	p.returns = watchReturns(ch)
 	return ch, nil
 }
 
@@ -104,12 +155,15 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		p.declared[exchange] = true
 	}
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
+	rets := p.returns
 	for _, m := range msgs {
 		pub, err := p.m.Marshal(m)
 		if err != nil {
 			return nil, fmt.Errorf("amqpbridge: %w", err)
 		}
-		dc, err := ch.PublishWithDeferredConfirm(exchange, "", false, false, pub)
+		// Mandatory: a message no queue takes comes back instead of being
+		// confirmed and dropped (TestEventsWithNoQueueBoundAreNotLost).
+		dc, err := ch.PublishWithDeferredConfirm(exchange, "", true, false, pub)
 		if err != nil {
 			p.reset()
 			return nil, fmt.Errorf("amqpbridge: publishing to %s: %w", exchange, err)
@@ -120,7 +174,7 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithDeadline(ctx, sent.Add(p.timeout))
 		defer cancel()
-		for _, dc := range confirms {
+		for i, dc := range confirms {
 			ok, err := dc.WaitContext(ctx)
 			if err != nil {
 				return fmt.Errorf("amqpbridge: publishing to %s: no confirm: %w", exchange, err)
@@ -128,9 +182,26 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 			if !ok {
 				return fmt.Errorf("amqpbridge: publishing to %s: the broker refused the message (nack, or the channel closed)", exchange)
 			}
+			if rets.returned(ctx, msgs[i].UUID) {
+				return fmt.Errorf("amqpbridge: publishing to %s: %w: bind a queue to the exchange; the stream holds the events until one is", exchange, ErrNoQueue)
+			}
 		}
 		return nil
 	}, nil
+}
+
+// syncPublisher publishes one message at a time, each confirmed before
+// the next is sent.
+type syncPublisher struct{ *asyncPublisher }
+
+// Publish sends msgs in order, awaiting each one's confirm.
+func (p syncPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if err := p.asyncPublisher.Publish(topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the connection.
