@@ -72,7 +72,11 @@ func ownServer(t *testing.T, extra string) (url string, restart func()) {
 	require.NoError(t, l.Close())
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s\n", port, filepath.Join(dir, "js"), extra)), 0o600))
+	js := fmt.Sprintf("jetstream { store_dir: %q }", filepath.Join(dir, "js"))
+	if extra == "no jetstream" {
+		js, extra = "", ""
+	}
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\n%s\n%s\n", port, js, extra)), 0o600))
 	var cmd *exec.Cmd
 	start := func() {
 		cmd = exec.Command(bin, "-c", conf)
@@ -163,4 +167,18 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name, reason string) pr
 		}
 	}
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+// A NATS server without JetStream: NewPublisher fails with ErrNoJetStream
+// saying to start the server with -js (before: "natsbridge: stream
+// PGWAKE_EVENTS: nats: no responders available for request", which
+// nats.go returns for a JetStream API request nobody answers).
+func TestServerWithoutJetStream(t *testing.T) {
+	t.Parallel()
+	url, _ := ownServer(t, "no jetstream")
+	for _, sync := range []bool{false, true} {
+		_, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, SyncPublish: sync})
+		require.ErrorIs(t, err, natsbridge.ErrNoJetStream)
+		require.Contains(t, err.Error(), "-js")
+	}
 }

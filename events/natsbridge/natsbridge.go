@@ -133,8 +133,12 @@ func EnsureStream(nc *nats.Conn, stream string, subjects []string) error {
 			return fmt.Errorf("natsbridge: stream %s captures %v, not %v, and adding them failed: %w", stream, info.Config.Subjects, missing, err)
 		}
 		return nil
-	} else if errors.Is(err, nats.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrJetStreamNotEnabledForAccount) {
-		return fmt.Errorf("%w on %s: start nats-server with -js", ErrNoJetStream, nc.ConnectedUrlRedacted())
+	} else if errors.Is(err, nats.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders) {
+		// No responders: nothing answers the JetStream API, which is how
+		// nats.go reports a server without JetStream
+		// (TestServerWithoutJetStream).
+		return fmt.Errorf("%w on %s (%v): start nats-server with -js, or enable JetStream for the account", ErrNoJetStream, nc.ConnectedUrlRedacted(), err)
 	} else if !errors.Is(err, nats.ErrStreamNotFound) {
 		return fmt.Errorf("natsbridge: stream %s: %w", stream, err)
 	}
