@@ -182,3 +182,35 @@ func TestServerWithoutJetStream(t *testing.T) {
 		require.Contains(t, err.Error(), "-js")
 	}
 }
+
+// The JetStream stream is deleted under a running forwarder (an operator,
+// a reset): publishing fails with "no responders". The bridge makes the
+// stream again, so the events wait a retry, not a restart of the
+// forwarder: before, it retried for ever with "nats: no responders
+// available for request".
+func TestStreamDeletedUnderTheForwarder(t *testing.T) {
+	t.Parallel()
+	url, _ := ownServer(t, "")
+	prefix := "pgwake_test_" + randomName()
+	for _, sync := range []bool{false, true} {
+		pub, err := natsbridge.NewPublisher(natsbridge.Config{URL: url, Stream: "GONE", Subjects: []string{prefix, prefix + ".>"}, SyncPublish: sync, AckTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		nc, err := nats.Connect(url)
+		require.NoError(t, err)
+		js, err := nc.JetStream()
+		require.NoError(t, err)
+		require.NoError(t, js.DeleteStream("GONE"))
+		m, err := events.NewMessage("pgwake", events.Event{ID: 1, JobID: 1, Type: events.TypeEnqueued, At: time.Now()}, pglogrepl.LSN(1))
+		require.NoError(t, err)
+		err = pub.Publish(prefix, m)
+		if err != nil {
+			require.Contains(t, err.Error(), "GONE", "the error names the stream")
+			require.NoError(t, pub.Publish(prefix, m), "sync=%v: the retry is stored", sync)
+		}
+		info, err := js.StreamInfo("GONE")
+		require.NoError(t, err, "sync=%v", sync)
+		require.Equal(t, uint64(1), info.State.Msgs)
+		nc.Close()
+		require.NoError(t, pub.Close())
+	}
+}

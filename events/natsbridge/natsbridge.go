@@ -96,14 +96,14 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 			nc.Close()
 			return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
 		}
-		return &asyncPublisher{nc: nc, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
+		return &asyncPublisher{target: target{nc, cfg.Stream, cfg.Subjects}, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
 	}
 	js, err := nc.JetStream(nats.MaxWait(cfg.AckTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
 	}
-	return &syncPublisher{nc: nc, js: js}, nil
+	return &syncPublisher{target: target{nc, cfg.Stream, cfg.Subjects}, js: js}, nil
 }
 
 // EnsureStream creates the JetStream stream with subjects unless a stream of
@@ -168,7 +168,7 @@ func subjectMatches(p, subj string) bool {
 // asyncPublisher sends a Publish call's messages without waiting, then
 // waits for every acknowledgement.
 type asyncPublisher struct {
-	nc      *nats.Conn
+	target
 	js      nats.JetStreamContext
 	timeout time.Duration
 	stall   nats.PubOpt // StallWait(timeout)
@@ -196,7 +196,7 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 		// Past the pending limit, wait for room as long as for an ack.
 		f, err := p.js.PublishMsgAsync(natsMsg(topic, m), p.stall)
 		if err != nil {
-			return nil, publishError(topic, err)
+			return nil, p.fail(topic, err)
 		}
 		futures = append(futures, f)
 	}
@@ -210,7 +210,7 @@ func (p *asyncPublisher) PublishAsync(topic string, msgs ...*message.Message) (w
 				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, ctx.Err())
 			case <-f.Ok():
 			case err := <-f.Err():
-				return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
+				return p.fail(topic, err)
 			case <-timeout.C:
 				return fmt.Errorf("natsbridge: publishing to %s: no acknowledgement from JetStream within %s", topic, p.timeout)
 			}
@@ -251,11 +251,28 @@ func natsMsg(topic string, m *message.Message) *nats.Msg {
 // A re-published event has the same topic, so the same MsgID.
 func MsgID(subject, uuid string) string { return subject + ":" + uuid }
 
-// publishError wraps err of publishing to topic; a message over the
-// server's max_payload wraps events.ErrMessageTooLarge.
-func publishError(topic string, err error) error {
-	if errors.Is(err, nats.ErrMaxPayload) {
+// target is the connection and the stream a publisher stores in.
+type target struct {
+	nc       *nats.Conn
+	stream   string
+	subjects []string
+}
+
+// fail wraps err of publishing to topic. A message over the server's
+// max_payload wraps events.ErrMessageTooLarge. "No responders" means no
+// stream captures the subject: the stream was deleted (or its subjects
+// changed) under the publisher, so it is made again and the next attempt
+// is stored (TestStreamDeletedUnderTheForwarder; before, every retry failed
+// the same way until the forwarder was restarted).
+func (t target) fail(topic string, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("natsbridge: publishing to %s: %w (%w)", topic, events.ErrMessageTooLarge, err)
+	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrNoStreamResponse): // sync, async
+		if eerr := EnsureStream(t.nc, t.stream, t.subjects); eerr != nil {
+			return fmt.Errorf("natsbridge: publishing to %s: %w: no JetStream stream captures it, and making stream %s failed: %w", topic, err, t.stream, eerr)
+		}
+		return fmt.Errorf("natsbridge: publishing to %s: %w: no JetStream stream captured it; stream %s made again for %v", topic, err, t.stream, t.subjects)
 	}
 	return fmt.Errorf("natsbridge: publishing to %s: %w", topic, err)
 }
@@ -263,7 +280,7 @@ func publishError(topic string, err error) error {
 // syncPublisher publishes one message at a time, each awaiting
 // JetStream's acknowledgement.
 type syncPublisher struct {
-	nc *nats.Conn
+	target
 	js nats.JetStreamContext
 }
 
@@ -272,7 +289,7 @@ type syncPublisher struct {
 func (p *syncPublisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if _, err := p.js.PublishMsg(natsMsg(topic, m)); err != nil {
-			return publishError(topic, err)
+			return p.fail(topic, err)
 		}
 	}
 	return nil
