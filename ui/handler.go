@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -64,6 +65,15 @@ func New(cfg Config) (*Handler, error) {
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
 		"cut": cutText,
+		// est is a counter as the live page shows it: "~N" when it is the
+		// planner's estimate (app.js fmtNum; TestOverviewMarksEstimatesAsServed).
+		"est": func(q queue.QueueStat, field string, n int64) string {
+			s := strconv.FormatInt(n, 10)
+			if slices.Contains(q.Estimated, field) {
+				return "~" + s
+			}
+			return s
+		},
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
