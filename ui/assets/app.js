@@ -113,13 +113,21 @@
   // Jobs page: states of listed jobs, count of new ones.
   const jobs = document.getElementById("jobs");
   let newJobs = 0;
+  // listed reports whether the page's filters would list the job an
+  // enqueued event names: a new job is pending, has no error yet, and must
+  // be of the filtered queue and kind (TestBrowserNewJobsCountFollowsTheFilter).
+  function listed(e) {
+    const f = jobs.dataset;
+    return (!f.state || f.state === stateAfter.enqueued) && !f.error &&
+      (!f.queue || f.queue === e.queue) && (!f.kind || f.kind === e.kind);
+  }
   function onJobsEvent(e) {
     if (!jobs) return;
     const tr = jobs.querySelector('tr[data-job-id="' + e.job_id + '"]');
     if (tr && stateAfter[e.type]) {
       tr.querySelector('[data-field="state"]').textContent = stateAfter[e.type];
     }
-    if (e.type === "enqueued" && jobs.dataset.first === "true") {
+    if (e.type === "enqueued" && jobs.dataset.first === "true" && listed(e)) {
       newJobs++;
       const n = document.getElementById("new-jobs");
       n.hidden = false;
