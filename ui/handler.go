@@ -460,6 +460,14 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, http.StatusConflict, "cannot "+action+" job "+strconv.FormatInt(id, 10)+": no such job, or not in a state that allows it")
 			return
 		}
+		var held *queue.UniqueKeyHeldError
+		if errors.As(err, &held) {
+			// The job's state refuses it, as above: not an outage
+			// (TestRetryWithItsKeyHeldIsAConflict).
+			h.fail(w, http.StatusConflict, "cannot "+action+" job "+strconv.FormatInt(id, 10)+": its unique key is held by job "+
+				strconv.FormatInt(held.HolderID, 10)+"; cancel or finish that job first")
+			return
+		}
 		h.fail(w, http.StatusServiceUnavailable, action+" failed: "+err.Error())
 		return
 	}
