@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -351,6 +352,11 @@ func (h *hub) tail(ctx context.Context) ([]queue.EventInfo, error) {
 			return nil, err
 		}
 		evs = append(evs, late...)
+		// In id order: a job's events then reach the pages in the order
+		// they were written, which set its state from each in turn (a
+		// late enqueued after its job's cancelled showed it pending:
+		// TestLateEventsReachTheStreamInOrder).
+		slices.SortFunc(evs, func(a, b queue.EventInfo) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	return evs, nil
 }
