@@ -95,7 +95,11 @@
     const top = Math.max(1, ...vals);
     const pts = vals.map((v, i) => (i * 240 / 59).toFixed(1) + "," + (38 - (v / top) * 36).toFixed(1));
     svg.querySelector("polyline").setAttribute("points", pts.join(" "));
-    const last = samples.length ? val(samples[samples.length - 1]) : 0;
+    // Now is the last whole second (or this one while it is the first
+    // busy one): the feed keeps busy seconds however old, and the newest
+    // of them is not "now" once jobs stopped (TestBrowserThroughputNowFallsToZero).
+    const recent = by.get(end - 1) || by.get(end);
+    const last = recent ? val(recent) : 0;
     document.getElementById(nowID).textContent = (Math.round(last * 10) / 10) + unit + " (max " + (Math.round(top * 10) / 10) + ")";
   }
 
