@@ -110,6 +110,12 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		return pos == len(m.frames) || write(m.frames[pos:])
 	}
+	if resume && from > maxSeen {
+		// A resume point from another process or before a restart: resume
+		// from ours, replaying what the feed sent above it
+		// (TestFutureLastEventIDGetsEventsAboveTheResumePoint).
+		from = low
+	}
 	switch {
 	case resume && from < maxSeen:
 		// Replay what the stream may have missed: every event after from,
@@ -145,8 +151,6 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		write(appendFrame(nil, "mark", max(from, low), true, []byte("{}")))
 	case !resume:
 		write(appendFrame(nil, "mark", low, true, []byte("{}")))
-	case resume && from > maxSeen:
-		from = low // a resume point from another process or before a restart
 	}
 	if !flush() {
 		return
