@@ -144,6 +144,24 @@
 
   // Job page: its events appended, its state.
   const job = document.getElementById("job");
+  // syncActions offers the actions the job's state allows, as the page
+  // does when read: retry a failed job, cancel a pending or running one
+  // (TestBrowserJobActionsFollowItsState).
+  function syncActions(state) {
+    const box = document.getElementById("actions");
+    if (!box) return;
+    for (const [verb, label, allowed] of [["retry", "Retry", state === "failed"],
+      ["cancel", "Cancel", state === "pending" || state === "running"]]) {
+      const btn = document.getElementById(verb);
+      if (btn && !allowed) btn.closest("form").remove();
+      if (!btn && allowed) {
+        const f = el("form", null, { method: "post", action: prefix + "/jobs/" + job.dataset.jobId + "/" + verb });
+        f.appendChild(el("input", null, { type: "hidden", name: "csrf", value: csrf }));
+        f.appendChild(el("button", label, { type: "submit", id: verb }));
+        box.appendChild(f);
+      }
+    }
+  }
   function onJobEvent(e) {
     if (!job || String(e.job_id) !== job.dataset.jobId) return;
     // The job row and its events are read one after the other, so the
@@ -157,7 +175,10 @@
       tbody.appendChild(tr);
     }
     const st = document.getElementById("state");
-    if (st && stateAfter[e.type]) st.textContent = stateAfter[e.type];
+    if (st && stateAfter[e.type]) {
+      st.textContent = stateAfter[e.type];
+      syncActions(stateAfter[e.type]);
+    }
     const att = document.getElementById("attempts");
     if (att) att.textContent = att.textContent.replace(/^\d+/, String(e.attempt));
   }
