@@ -43,7 +43,7 @@ func TestFutureLastEventIDGetsEventsAboveTheResumePoint(t *testing.T) {
 					require.NoError(t, json.Unmarshal([]byte(e.data), &je))
 					return je.JobID
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(20 * time.Second):
 				t.Fatalf("%s: no job event", what)
 			}
 		}
