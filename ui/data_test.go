@@ -36,7 +36,7 @@ func probeCSRF(t *testing.T, b *bundle) string {
 	return m[1]
 }
 
-func TestProbeCountersAtRest(t *testing.T) {
+func TestCountersAtRest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -77,7 +77,7 @@ func TestProbeCountersAtRest(t *testing.T) {
 	require.Contains(t, body, `data-queue="empty"`)
 }
 
-func TestProbeJobPages(t *testing.T) {
+func TestJobPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -109,7 +109,7 @@ func TestProbeJobPages(t *testing.T) {
 	require.Equal(t, 404, code)
 }
 
-func TestProbeActionsRacing(t *testing.T) {
+func TestActionsRacing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -151,7 +151,7 @@ func TestProbeActionsRacing(t *testing.T) {
 	require.Equal(t, http.StatusConflict, code)
 }
 
-func TestProbeStreamResumeEdges(t *testing.T) {
+func TestStreamResumeEdges(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -182,7 +182,7 @@ func TestProbeStreamResumeEdges(t *testing.T) {
 	}
 }
 
-func TestProbePaginationUnderChurn(t *testing.T) {
+func TestPaginationUnderChurn(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -257,7 +257,7 @@ var nextRe = regexpMust(`<a id="next" href="([^"]+)">`)
 
 func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
 
-func TestProbeFarBehindIsToldToReload(t *testing.T) {
+func TestFarBehindIsToldToReload(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
@@ -291,7 +291,7 @@ func TestProbeFarBehindIsToldToReload(t *testing.T) {
 	t.Fatalf("stream ended after %d", n)
 }
 
-func TestProbeRunningCounters(t *testing.T) {
+func TestRunningCounters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ui.Config{})
 	ctx := context.Background()
