@@ -87,17 +87,7 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn, fn *fence) e
 			close(flights)
 			return err
 		}
-		n := len(batch[0].events)
-	drain:
-		for n < s.cfg.MaxBatch {
-			select {
-			case t := <-txns:
-				batch = append(batch, t)
-				n += len(t.events)
-			default:
-				break drain
-			}
-		}
+		batch, n := s.gather(batch, txns)
 		// Wait for room on the wire: few events in flight keep the
 		// commit-to-broker time short, a bound keeps memory bounded.
 		for inflight.Load() > 0 && inflight.Load()+int64(n) > int64(inFlightBatches*s.cfg.MaxBatch) {
@@ -118,23 +108,11 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn, fn *fence) e
 		}
 		f := &flight{txns: batch, runs: s.encode(batch), events: n}
 		inflight.Add(int64(n))
-		for _, r := range f.runs {
-			if async != nil {
-				wait, err := async.PublishAsync(r.topic, r.msgs...)
-				if err == nil {
-					r.wait = wait
-					continue
-				}
-				s.publishFailed(r, err)
+		if err := s.sendRuns(ctx, f, async, fn); err != nil {
+			if errors.Is(err, errNotOurs) {
+				return stop(err)
 			}
-			// Synchronous publisher, or the async send failed: publish
-			// here, retrying until it succeeds.
-			if err := s.publishRun(ctx, r, async != nil, fn); err != nil {
-				if errors.Is(err, errNotOurs) {
-					return stop(err)
-				}
-				return stop(nil) // stopped mid-retry; nothing of the batch is acknowledged
-			}
+			return stop(nil) // stopped mid-retry; nothing of the batch is acknowledged
 		}
 		// Handed over even when ctx is done: confirmLoop counts what was
 		// sent, and awaits it, until flights is closed.
@@ -145,6 +123,42 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn, fn *fence) e
 			return err
 		}
 	}
+}
+
+// gather adds to batch what else was handed over, up to MaxBatch events,
+// without waiting; n is the batch's events.
+func (s *Stream) gather(batch []*txn, txns <-chan *txn) ([]*txn, int) {
+	n := len(batch[0].events)
+	for n < s.cfg.MaxBatch {
+		select {
+		case t := <-txns:
+			batch = append(batch, t)
+			n += len(t.events)
+		default:
+			return batch, n
+		}
+	}
+	return batch, n
+}
+
+// sendRuns sends f's runs: asynchronously when the publisher can, else
+// (or when the async send failed) here, retrying until it succeeds. An
+// error is errNotOurs or the stop (ctx) in the middle of a retry.
+func (s *Stream) sendRuns(ctx context.Context, f *flight, async AsyncPublisher, fn *fence) error {
+	for _, r := range f.runs {
+		if async != nil {
+			wait, err := async.PublishAsync(r.topic, r.msgs...)
+			if err == nil {
+				r.wait = wait
+				continue
+			}
+			s.publishFailed(r, err)
+		}
+		if err := s.publishRun(ctx, r, async != nil, fn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // confirmLoop awaits each flight's acknowledgements in order, publishes

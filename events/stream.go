@@ -355,34 +355,10 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	if err != nil {
 		return err
 	}
-	// The slot resumes at its confirmed position: a lost connection
-	// leaves out what was published and not yet acknowledged, and a crash
-	// of PostgreSQL can put it back further (a slot's position is written
-	// to disk at checkpoints). What this stream published since would go
-	// out again. Skip it, unless it was published from another server or
-	// timeline (a failover, a restore) or the server's WAL no longer
-	// reaches that far (a restore from a snapshot): those positions may
-	// hold other transactions.
-	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	skipBelow, err := s.resumeSkip(ctx, conn, confirmed)
 	if err != nil {
-		return classify(fmt.Errorf("events: IDENTIFY_SYSTEM: %w", err), s.replCfg.User)
+		return err
 	}
-	server := fmt.Sprintf("%s/%d", sys.SystemID, sys.Timeline)
-	var skipBelow pglogrepl.LSN
-	if done := max(pglogrepl.LSN(s.acked.Load()), pglogrepl.LSN(s.published.Load())); done > confirmed {
-		fields := []zap.Field{zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", confirmed.String()), zap.String("published", done.String())}
-		switch {
-		case server != s.ackedOn:
-			s.log.Warn("the slot resumes before what this stream published on another server or timeline; publishing from the slot's position", fields...)
-		case sys.XLogPos >= done:
-			skipBelow = done
-			s.log.Info("the slot resumes before what this stream published; skipping that", fields...)
-		default:
-			s.log.Warn("the server's WAL ends before what this stream published (restored from a snapshot?); publishing from the slot's position",
-				append(fields, zap.String("wal_end", sys.XLogPos.String()))...)
-		}
-	}
-	s.ackedOn = server
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
@@ -435,6 +411,40 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 		_ = r.sendStatus(context.Background())
 	}
 	return err
+}
+
+// resumeSkip returns the position below which the session skips what the
+// server sends (0: nothing), and records the server the session runs on.
+func (s *Stream) resumeSkip(ctx context.Context, conn *pgconn.PgConn, confirmed pglogrepl.LSN) (pglogrepl.LSN, error) {
+	// The slot resumes at its confirmed position: a lost connection
+	// leaves out what was published and not yet acknowledged, and a crash
+	// of PostgreSQL can put it back further (a slot's position is written
+	// to disk at checkpoints). What this stream published since would go
+	// out again. Skip it, unless it was published from another server or
+	// timeline (a failover, a restore) or the server's WAL no longer
+	// reaches that far (a restore from a snapshot): those positions may
+	// hold other transactions.
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return 0, classify(fmt.Errorf("events: IDENTIFY_SYSTEM: %w", err), s.replCfg.User)
+	}
+	server := fmt.Sprintf("%s/%d", sys.SystemID, sys.Timeline)
+	var skipBelow pglogrepl.LSN
+	if done := max(pglogrepl.LSN(s.acked.Load()), pglogrepl.LSN(s.published.Load())); done > confirmed {
+		fields := []zap.Field{zap.String("slot", s.cfg.Slot), zap.String("confirmed_flush_lsn", confirmed.String()), zap.String("published", done.String())}
+		switch {
+		case server != s.ackedOn:
+			s.log.Warn("the slot resumes before what this stream published on another server or timeline; publishing from the slot's position", fields...)
+		case sys.XLogPos >= done:
+			skipBelow = done
+			s.log.Info("the slot resumes before what this stream published; skipping that", fields...)
+		default:
+			s.log.Warn("the server's WAL ends before what this stream published (restored from a snapshot?); publishing from the slot's position",
+				append(fields, zap.String("wal_end", sys.XLogPos.String()))...)
+		}
+	}
+	s.ackedOn = server
+	return skipBelow, nil
 }
 
 // awaitPublisher waits for the publisher of a stopping session, at most
