@@ -78,4 +78,3 @@ func TestEventsWithNoQueueBoundAreNotLost(t *testing.T) {
 		<-col.Done
 	}
 }
-
