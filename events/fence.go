@@ -36,6 +36,15 @@ const fenceFresh = 500 * time.Millisecond
 // errNotOurs ends a session whose slot streams to another session.
 var errNotOurs = errors.New("events: the slot no longer streams to this session (its walsender ended while the process was paused?); publishing stopped")
 
+// notOurs is err when it is errNotOurs, which ends the session with it;
+// nil for the stop (ctx), which ends it quietly.
+func notOurs(err error) error {
+	if errors.Is(err, errNotOurs) {
+		return err
+	}
+	return nil
+}
+
 type fence struct {
 	s   *Stream
 	pid uint32 // the session's walsender

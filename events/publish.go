@@ -101,18 +101,12 @@ func (s *Stream) publishLoop(ctx context.Context, txns <-chan *txn, fn *fence) e
 		// Not after the session ended, nor when another session took the
 		// slot while this process was paused.
 		if err := fn.check(ctx); err != nil {
-			if errors.Is(err, errNotOurs) {
-				return stop(err)
-			}
-			return stop(nil)
+			return stop(notOurs(err))
 		}
 		f := &flight{txns: batch, runs: s.encode(batch), events: n}
 		inflight.Add(int64(n))
 		if err := s.sendRuns(ctx, f, async, fn); err != nil {
-			if errors.Is(err, errNotOurs) {
-				return stop(err)
-			}
-			return stop(nil) // stopped mid-retry; nothing of the batch is acknowledged
+			return stop(notOurs(err)) // or stopped mid-retry; nothing of the batch is acknowledged
 		}
 		// Handed over even when ctx is done: confirmLoop counts what was
 		// sent, and awaits it, until flights is closed.
@@ -177,10 +171,7 @@ func (s *Stream) confirmLoop(ctx context.Context, flights <-chan *flight, inflig
 			if err := r.wait(wctx); err != nil {
 				s.publishFailed(r, err)
 				if err := s.publishRun(ctx, r, true, fn); err != nil {
-					if errors.Is(err, errNotOurs) {
-						return err
-					}
-					return nil // stopped mid-retry
+					return notOurs(err) // or stopped mid-retry
 				}
 			}
 		}

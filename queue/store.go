@@ -347,7 +347,7 @@ WITH mine AS (
 	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
 ), free AS (
 	SELECT id FROM ` + jobs + `
-	WHERE id IN (SELECT id FROM mine) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
+	WHERE id = ANY($1::bigint[]) AND ` + stateIs("state", "running") + ` AND leased_by = $3::text
 	FOR UPDATE SKIP LOCKED
 ), x AS (
 	UPDATE ` + jobs + ` j SET lease_expires_at = clock_timestamp() + $2::float8 * interval '1 microsecond'
@@ -356,7 +356,7 @@ WITH mine AS (
 )
 SELECT id, true FROM x
 UNION ALL
-SELECT id, false FROM mine WHERE id NOT IN (SELECT id FROM x) AND id NOT IN (SELECT id FROM free)`
+SELECT id, false FROM mine WHERE id NOT IN (SELECT id FROM x)`
 	s.expiredLeases = `
 SELECT id, queue, kind, attempts, max_attempts FROM ` + jobs + `
 WHERE state = 'running' AND queue = ANY($1::text[]) AND lease_expires_at < clock_timestamp()

@@ -295,15 +295,9 @@ func (p *syncPublisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// Close closes the connection.
-func (p *syncPublisher) Close() error {
-	p.nc.Close()
-	return nil
-}
-
-// Close closes the connection.
-func (p *asyncPublisher) Close() error {
-	p.nc.Close()
+// Close closes the connection (both publishers).
+func (t target) Close() error {
+	t.nc.Close()
 	return nil
 }
 
