@@ -224,7 +224,9 @@ const DefaultPruneBatch = 10000
 // DeleteBefore deletes the events older than cutoff whose job finished
 // before cutoff or no longer exists, and returns how many it deleted.
 // Events of unfinished jobs are kept, so Verify still holds for every job
-// whose history is complete.
+// whose history is complete. It records the highest id it deleted
+// (queue.Client.EventsPrunedThrough), so that readers resuming after an
+// older id learn that they may have missed events.
 //
 // It walks the log in id order, batch events (default DefaultPruneBatch) per
 // statement, each statement deleting what qualifies in its window and
@@ -240,7 +242,7 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 	if batch <= 0 {
 		batch = DefaultPruneBatch
 	}
-	q := deleteBeforeSQL(sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs"))
+	q := deleteBeforeSQL(sqlident.Quote(schema, "events"), sqlident.Quote(schema, "jobs"), sqlident.Quote(schema, "events_pruned"))
 	var total, after int64
 	size := batch
 	for {
@@ -268,13 +270,14 @@ func DeleteBefore(ctx context.Context, pool *pgxpool.Pool, schema string, cutoff
 }
 
 // deleteBeforeSQL deletes, among the $3 events after id $2, those older
-// than $1 whose job finished before $1 or is gone. Rows: the window's last
-// id (NULL: the log ends), how many it deleted, and whether the window
-// reached an event at or after $1. The job is looked up by a scalar
-// subquery, one primary-key probe per old event: a join let the planner
-// hash all of jobs, and the old ORDER BY at (a BRIN index) sorted the whole
-// log for every batch.
-func deleteBeforeSQL(events, jobs string) string {
+// than $1 whose job finished before $1 or is gone, and raises the pruned
+// watermark (migration 0025) to the highest id it deleted, in the same
+// statement. Rows: the window's last id (NULL: the log ends), how many it
+// deleted, and whether the window reached an event at or after $1. The job
+// is looked up by a scalar subquery, one primary-key probe per old event: a
+// join let the planner hash all of jobs, and the old ORDER BY at (a BRIN
+// index) sorted the whole log for every batch.
+func deleteBeforeSQL(events, jobs, pruned string) string {
 	return `
 WITH w AS (
 	SELECT e.id, e.at,
@@ -288,7 +291,11 @@ WITH w AS (
 ), d AS (
 	DELETE FROM ` + events + ` e
 	WHERE e.id = ANY(ARRAY(SELECT w.id FROM w WHERE w.at < $1 AND w.keep IS NOT TRUE))
-	RETURNING 1
+	RETURNING e.id
+), m AS (
+	INSERT INTO ` + pruned + ` AS p (through)
+	SELECT max(d.id) FROM d HAVING max(d.id) IS NOT NULL
+	ON CONFLICT (one) DO UPDATE SET through = GREATEST(p.through, EXCLUDED.through)
 )
 SELECT (SELECT max(w.id) FROM w), (SELECT count(*) FROM d), coalesce((SELECT bool_or(w.at >= $1) FROM w), true)`
 }

@@ -48,7 +48,7 @@ func TestDeleteBeforeIsFlatInTheLog(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+deleteBeforeSQL(events, jobs),
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+deleteBeforeSQL(events, jobs, sqlident.Quote(schema, "events_pruned")),
 		cutoff, int64(150000), 100).Scan(&out))
 	var plans []struct {
 		Plan struct {

@@ -340,6 +340,19 @@ func (c *Client) LastEventID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// EventsPrunedThrough returns the highest event id deleted by event pruning
+// (events.DeleteBefore, `pgwake events prune`; 0: none). A reader that
+// resumes the log after an id below it may have missed events: read after
+// the events (EventsAfter), a value above the resume point means some event
+// after it was deleted, before or during the read.
+func (c *Client) EventsPrunedThrough(ctx context.Context) (int64, error) {
+	var id int64
+	if err := c.pool.QueryRow(ctx, c.sql.read.eventsPrunedThrough).Scan(&id); err != nil {
+		return 0, fmt.Errorf("queue: events pruned through: %w", c.notMigrated(err))
+	}
+	return id, nil
+}
+
 // EventCount counts the committed events with an id above afterID (0: every
 // event). It reads every such row: for benchmarks, tests and checks, not a
 // dashboard's refresh.

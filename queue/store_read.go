@@ -25,6 +25,8 @@ type readStatements struct {
 	eventsByID string
 	// lastEventID is the highest event id (0: none).
 	lastEventID string
+	// eventsPrunedThrough is the highest event id pruned (0: none).
+	eventsPrunedThrough string
 	// eventCount counts the events with id above $1.
 	eventCount string
 	// stats counts each queue's jobs, every count capped at $1 rows. Rows:
@@ -95,11 +97,12 @@ ORDER BY id DESC LIMIT $8::int`,
 		jobEvents: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE job_id = $1::bigint ORDER BY id`,
 		jobEventsTail: `SELECT ` + eventCols + ` FROM (SELECT ` + eventCols + ` FROM ` + events + `
 	WHERE job_id = $1::bigint ORDER BY id DESC LIMIT $2::int) e ORDER BY id`,
-		eventsAfter: `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
-		eventsByID:  `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
-		lastEventID: `SELECT coalesce(max(id), 0) FROM ` + events,
-		eventCount:  `SELECT count(*) FROM ` + events + ` WHERE id > $1::bigint`,
-		stats:       statsSQL(jobs, attempts, paused, true),
+		eventsAfter:         `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id > $1::bigint ORDER BY id LIMIT $2::int`,
+		eventsByID:          `SELECT ` + eventCols + ` FROM ` + events + ` WHERE id = ANY($1::bigint[]) ORDER BY id`,
+		lastEventID:         `SELECT coalesce(max(id), 0) FROM ` + events,
+		eventsPrunedThrough: `SELECT coalesce((SELECT through FROM ` + sqlident.Quote(schema, "events_pruned") + `), 0)`,
+		eventCount:          `SELECT count(*) FROM ` + events + ` WHERE id > $1::bigint`,
+		stats:               statsSQL(jobs, attempts, paused, true),
 		eventsPerSecond: `SELECT queue, pg_catalog.floor(extract(epoch FROM at))::bigint, count(*) FROM ` + events + `
 WHERE type = $1::text AND at >= $2::timestamptz AND id <= $3::bigint GROUP BY 1, 2`,
 		statsNoSucceeded: statsSQL(jobs, attempts, paused, false),

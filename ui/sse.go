@@ -143,10 +143,17 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if n >= maxReplay {
-				write(appendFrame(nil, "reload", 0, false, []byte("{}")))
-				flush()
+				tellReload(write, flush)
 				return
 			}
+		}
+		// Read after the replay: an event after from that was pruned
+		// before or during it is not in it (TestResumeAcrossPrunedEventsReloads).
+		if through, err := h.client.EventsPrunedThrough(ctx); err != nil {
+			return
+		} else if through > from {
+			tellReload(write, flush)
+			return
 		}
 		write(appendFrame(nil, "mark", max(from, low), true, []byte("{}")))
 	case !resume:
@@ -187,4 +194,12 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// tellReload tells a page that the event log cannot bring it up to date
+// (too far behind, or events after its resume point were pruned): it
+// reloads.
+func tellReload(write func([]byte) bool, flush func() bool) {
+	write(appendFrame(nil, "reload", 0, false, []byte("{}")))
+	flush()
 }

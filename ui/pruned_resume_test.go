@@ -1,0 +1,100 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/events"
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/queue"
+	"github.com/pgwake/pgwake/ui"
+)
+
+// A page that resumes after an event id when events after it were pruned
+// since (`pgwake events prune`) is told to reload: its counters and lists
+// would otherwise miss what those events said. A page whose resume point
+// is above everything pruned replays as usual.
+func TestResumeAcrossPrunedEventsReloads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	enqueue := func() int64 {
+		t.Helper()
+		r, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+		require.NoError(t, err)
+		return r.ID
+	}
+	lastEvent := func() int64 {
+		t.Helper()
+		id, err := b.client.LastEventID(ctx)
+		require.NoError(t, err)
+		return id
+	}
+	enqueue() // kept: its job is pending
+	before := lastEvent()
+	gone := enqueue()
+	// The job is deleted (as jobs retention does): its events may go.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %q.jobs WHERE id = $1`, b.schema), gone)
+	require.NoError(t, err)
+	n, err := events.DeleteBefore(ctx, pool, b.schema, time.Now().Add(time.Second), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the gone job's enqueued event is pruned")
+	pruned, err := b.client.EventsPrunedThrough(ctx)
+	require.NoError(t, err)
+	require.Greater(t, pruned, before)
+	require.Equal(t, before+1, pruned, "the gone job's event was pruned")
+	after := pruned // a page that saw the pruned event
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// ends reads ch up to its first mark or reload and returns it with the
+	// job ids of the job events before it.
+	ends := func(ch <-chan sseEvent) (string, []int64) {
+		t.Helper()
+		var ids []int64
+		for {
+			select {
+			case e := <-ch:
+				switch e.event {
+				case "mark", "reload":
+					return e.event, ids
+				case "job":
+					var je struct {
+						JobID int64 `json:"job_id"`
+					}
+					require.NoError(t, json.Unmarshal([]byte(e.data), &je))
+					ids = append(ids, je.JobID)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("no mark or reload")
+			}
+		}
+	}
+	// A live job, seen by the feed (its event reaches a stream opened
+	// before it) above both resume points.
+	ch0 := stream(t, sctx, b.url+"/events", "")
+	end, _ := ends(ch0)
+	require.Equal(t, "mark", end)
+	live := enqueue()
+	for got := false; !got; {
+		select {
+		case e := <-ch0:
+			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, live))
+		case <-time.After(20 * time.Second):
+			t.Fatal("the live job's event did not reach the stream")
+		}
+	}
+
+	end, ids := ends(stream(t, sctx, b.url+"/events", fmt.Sprint(after)))
+	require.Equal(t, "mark", end, "above the pruned event: replayed")
+	require.Equal(t, []int64{live}, ids)
+
+	end, _ = ends(stream(t, sctx, b.url+"/events", fmt.Sprint(before)))
+	require.Equal(t, "reload", end, "below the pruned event: told to reload, not replayed with a gap")
+}
