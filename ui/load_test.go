@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -160,6 +161,13 @@ var extraModes = []benchMode{
 // envBenchExtra names the extraModes BenchmarkDashboardLatencyImpact runs
 // too, e.g. PGWAKE_UI_BENCH_EXTRA=listen,shared.
 const envBenchExtra = "PGWAKE_UI_BENCH_EXTRA"
+
+// envBenchNice, a niceness (0-19), runs BenchmarkDashboardLatencyImpact's
+// other process (the 10 browser tabs, and in `process` the dashboard too)
+// under nice(1): on a machine of few cores the tabs and the dashboard then
+// take CPU only when the queue does not want it, as on hosts of their own;
+// the dashboard's work in PostgreSQL keeps its priority.
+const envBenchNice = "PGWAKE_UI_BENCH_NICE"
 
 // activeModes is benchModes and the extraModes named in envBenchExtra.
 func activeModes(tb testing.TB) []benchMode {
@@ -639,7 +647,16 @@ type helper struct {
 // (envDashboardSchema or envStreamsURL) and waits until its streams are
 // open.
 func startHelper(tb testing.TB, env string) *helper {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestDashboardProcess$", "-test.count", "1")
+	args := []string{os.Args[0], "-test.run", "^TestDashboardProcess$", "-test.count", "1"}
+	if n := os.Getenv(envBenchNice); n != "" {
+		// The tabs (and a dashboard of its own) as if on other hosts: at a
+		// lower CPU priority than the worker, the producer and PostgreSQL,
+		// which share this machine's cores with them.
+		_, err := strconv.ParseUint(n, 10, 8)
+		require.NoError(tb, err, envBenchNice)
+		args = append([]string{"nice", "-n", n}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), pgtest.EnvURL+"="+pgtest.URL(), env)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)
