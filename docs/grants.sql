@@ -75,7 +75,9 @@ GRANT SELECT, DELETE ON {{schema}}.jobs TO {{operator_role}};
 GRANT UPDATE (state, run_after, finished_at, max_attempts, lease_expires_at) ON {{schema}}.jobs TO {{operator_role}};
 -- The 'retried' and 'cancelled' events; replay, verify, prune.
 GRANT SELECT, DELETE ON {{schema}}.events TO {{operator_role}};
--- prune records the highest id it deleted; `pgwake ui` reads it (migration 0025).
+-- prune records the highest id it deleted; `pgwake ui` reads it (migration 0025,
+-- which gives the same to roles granted DELETE / SELECT on events before it:
+-- TestEventsPrunedKeepsEventGrants).
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.events_pruned TO {{operator_role}};
 GRANT INSERT (job_id, type, queue, kind, attempt, data) ON {{schema}}.events TO {{operator_role}};
 GRANT USAGE ON SEQUENCE {{schema}}.events_id_seq TO {{operator_role}};

@@ -8,3 +8,25 @@ CREATE TABLE {{schema}}.events_pruned (
     one     boolean PRIMARY KEY DEFAULT true CHECK (one),
     through bigint  NOT NULL
 );
+
+-- Grants made before this migration keep working (docs/grants.sql): a role
+-- that may delete events (`pgwake events prune`) may record how far it
+-- did; a role that may read them (the dashboard, the event stream) may read
+-- that too.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT a.grantee::regrole::text AS grantee,
+            pg_catalog.bool_or(a.privilege_type = 'DELETE') AS prunes
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = '{{schema}}.events'::regclass
+          AND a.privilege_type IN ('SELECT', 'DELETE') AND a.grantee <> 0 AND a.grantee <> c.relowner
+        GROUP BY a.grantee
+    LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON {{schema}}.events_pruned TO %s',
+            CASE WHEN g.prunes THEN 'SELECT, INSERT, UPDATE' ELSE 'SELECT' END, g.grantee);
+    END LOOP;
+END
+$$;

@@ -1,0 +1,54 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/internal/sqlident"
+	"github.com/pgwake/pgwake/migrations"
+)
+
+// Migration 0025's events_pruned goes to the roles granted on events before
+// it: a role that may delete events (events prune) may write it, a role
+// that may read them (the dashboard) may read it, any other role nothing.
+// Without it an upgraded deployment's prune, run as the operator role of
+// docs/grants.sql, failed on the new table.
+func TestEventsPrunedKeepsEventGrants(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	_, err := migrations.UpTo(ctx, pool, schema, 24)
+	require.NoError(t, err)
+	pruner, reader, other := schema+"_pruner", schema+"_reader", schema+"_other"
+	for _, r := range []string{pruner, reader, other} {
+		_, err := pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(r)+` NOLOGIN`)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+sqlident.Quote(r))
+			_, _ = pool.Exec(context.Background(), `DROP ROLE `+sqlident.Quote(r))
+		})
+	}
+	events := sqlident.Quote(schema, "events")
+	_, err = pool.Exec(ctx, `GRANT SELECT, DELETE ON `+events+` TO `+sqlident.Quote(pruner)+`;
+		GRANT SELECT ON `+events+` TO `+sqlident.Quote(reader))
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	table := schema + ".events_pruned"
+	for role, want := range map[string][3]bool{
+		pruner: {true, true, true},
+		reader: {true, false, false},
+		other:  {false, false, false},
+	} {
+		for i, priv := range []string{"SELECT", "INSERT", "UPDATE"} {
+			var has bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, role, table, priv).Scan(&has))
+			require.Equal(t, want[i], has, "%s %s", role, priv)
+		}
+	}
+}
