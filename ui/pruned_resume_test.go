@@ -60,7 +60,8 @@ func TestResumeAcrossPrunedEventsReloads(t *testing.T) {
 		var ids []int64
 		for {
 			select {
-			case e := <-ch:
+			case e, ok := <-ch:
+				require.True(t, ok, "the stream ended")
 				switch e.event {
 				case "mark", "reload":
 					return e.event, ids
@@ -84,7 +85,8 @@ func TestResumeAcrossPrunedEventsReloads(t *testing.T) {
 	live := enqueue()
 	for got := false; !got; {
 		select {
-		case e := <-ch0:
+		case e, ok := <-ch0:
+			require.True(t, ok, "the stream ended")
 			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, live))
 		case <-time.After(20 * time.Second):
 			t.Fatal("the live job's event did not reach the stream")
@@ -97,4 +99,58 @@ func TestResumeAcrossPrunedEventsReloads(t *testing.T) {
 
 	end, _ = ends(stream(t, sctx, b.url+"/events", fmt.Sprint(before)))
 	require.Equal(t, "reload", end, "below the pruned event: told to reload, not replayed with a gap")
+}
+
+// When how far events were pruned cannot be read (a role granted before
+// migration 0025 without its line, here the table renamed away), a page
+// still resumes, as before 0025, instead of failing every reconnect.
+func TestResumeWithoutThePrunedMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ui.Config{})
+	ctx := context.Background()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch0 := stream(t, sctx, b.url+"/events", "")
+	_, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	afterFirst, err := b.client.LastEventID(ctx)
+	require.NoError(t, err)
+	second, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	for got := false; !got; {
+		select {
+		case e, ok := <-ch0:
+			require.True(t, ok, "the stream ended")
+			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, second.ID))
+		case <-time.After(20 * time.Second):
+			t.Fatal("the second job's event did not reach the stream")
+		}
+	}
+	_, err = pgtest.Pool(t).Exec(ctx, fmt.Sprintf(`ALTER TABLE %q.events_pruned RENAME TO gone`, b.schema))
+	require.NoError(t, err)
+	_, err = b.client.EventsPrunedThrough(ctx)
+	require.Error(t, err)
+	var ids []int64
+	ch := stream(t, sctx, b.url+"/events", fmt.Sprint(afterFirst))
+	for done := false; !done; {
+		select {
+		case e, ok := <-ch:
+			require.True(t, ok, "the stream ended")
+			switch e.event {
+			case "reload":
+				t.Fatal("told to reload")
+			case "mark":
+				done = true
+			case "job":
+				var je struct {
+					JobID int64 `json:"job_id"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(e.data), &je))
+				ids = append(ids, je.JobID)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no mark")
+		}
+	}
+	require.Equal(t, []int64{second.ID}, ids, "replayed after the first job's event")
 }
