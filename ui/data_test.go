@@ -171,7 +171,8 @@ func TestStreamResumeEdges(t *testing.T) {
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
-		case e := <-ch:
+		case e, ok := <-ch:
+			require.True(t, ok, "the stream ended")
 			if e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d`, r.ID)) {
 				t.Logf("future id: got job event, id %q", e.id)
 				return

@@ -35,7 +35,8 @@ func TestFutureLastEventIDGetsEventsAboveTheResumePoint(t *testing.T) {
 		t.Helper()
 		for {
 			select {
-			case e := <-ch:
+			case e, ok := <-ch:
+				require.True(t, ok, "the stream ended")
 				if e.event == "job" {
 					var je struct {
 						JobID int64 `json:"job_id"`

@@ -331,7 +331,8 @@ func TestStatsPushedAfterEnqueue(t *testing.T) {
 		pgtest.WaitFor(t, 30*time.Second, "stats with the queue", func() bool {
 			for {
 				select {
-				case e := <-ch:
+				case e, ok := <-ch:
+					require.True(t, ok, "the stream ended")
 					if e.event == "stats" && strings.Contains(e.data, `"queue":"live","pending":2`) {
 						return true
 					}
@@ -374,7 +375,8 @@ func TestStreamAcrossAnOpenTransaction(t *testing.T) {
 		pgtest.WaitFor(t, 30*time.Second, "events of the jobs", func() bool {
 			for {
 				select {
-				case e := <-ch:
+				case e, ok := <-ch:
+					require.True(t, ok, "the stream ended")
 					if e.id != "" {
 						last = e.id
 					}
@@ -507,7 +509,8 @@ func TestSucceededLastMinuteCountedByTheFeed(t *testing.T) {
 		pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("counters %v", want), func() bool {
 			for {
 				select {
-				case e := <-ch:
+				case e, ok := <-ch:
+					require.True(t, ok, "the stream ended")
 					if e.event != "stats" {
 						continue
 					}

@@ -40,7 +40,8 @@ func TestLateEventsReachTheStreamInOrder(t *testing.T) {
 		t.Helper()
 		for {
 			select {
-			case e := <-ch:
+			case e, ok := <-ch:
+				require.True(t, ok, "the stream ended")
 				if e.event == "job" {
 					var j je
 					require.NoError(t, json.Unmarshal([]byte(e.data), &j))

@@ -102,7 +102,8 @@ func TestIdleFeedReadsNoCounters(t *testing.T) {
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case e := <-events:
+		case e, ok := <-events:
+			require.True(t, ok, "the stream ended")
 			if e.event != "stats" {
 				continue
 			}
