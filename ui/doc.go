@@ -11,7 +11,8 @@
 // 50 ms later (for the commits that shared a notification) and again while
 // reads find events, and pushes events and fresh counters to every open
 // page over server-sent events. A reconnecting page resumes from its
-// Last-Event-ID through the event log, without gaps.
+// Last-Event-ID through the event log, without gaps; one whose resume point
+// is too far behind, or below events pruned since, is told to reload.
 //
 // Mount it under a prefix:
 //
