@@ -203,6 +203,7 @@ func (h *hub) run(ctx context.Context) error {
 		}
 		return err
 	}
+	last = h.abovePruned(ctx, last)
 	// The successes of the last minute up to the first event the feed
 	// reads; the feed counts the later ones as it reads them.
 	seed, err := h.client.EventsPerSecond(ctx, queue.EventSucceeded, time.Now().Add(-time.Minute-time.Second), last)
@@ -614,6 +615,21 @@ func (h *hub) subscribe() (s *subscriber, low, maxSeen int64, stats []byte) {
 		return s, h.low, h.maxSeen, nil
 	}
 	return s, h.low, h.maxSeen, h.stats
+}
+
+// abovePruned is where the feed starts: the newest event, or the newest
+// event prune deleted when above it (the newest events were pruned), so
+// that a page of before the start resumed below them is told to reload and
+// the pages it renders are not (TestResumeAfterAStartOverPrunedNewestEvents).
+func (h *hub) abovePruned(ctx context.Context, last int64) int64 {
+	through, err := h.client.EventsPrunedThrough(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn("could not read how far events were pruned; starting at the newest event", zap.Error(err))
+		}
+		return last
+	}
+	return max(last, through)
 }
 
 // resumePoint is the current resume point, -1 before the feed started.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
+	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
 )
@@ -153,4 +157,82 @@ func TestResumeWithoutThePrunedMark(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int64{second.ID}, ids, "replayed after the first job's event")
+}
+
+// A dashboard that starts after a prune deleted the newest events (a deploy,
+// or a second `pgwake ui` behind the same address) starts above them: a page
+// that resumes below them, at the newest event left, is told to reload
+// instead of resuming with a gap; it was not, its resume point being the
+// feed's newest event. A page the new dashboard renders is not told to
+// reload when the next event comes: it was, for as long as the feed waited
+// for the pruned ids (gapTimeout), each reload rendering the same point.
+func TestResumeAfterAStartOverPrunedNewestEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOn(t, pool)
+	_, err := migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	client, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = client.Enqueue(ctx, queue.NewJob{Kind: "k"}) // kept: its job is pending
+	require.NoError(t, err)
+	kept, err := client.LastEventID(ctx)
+	require.NoError(t, err)
+	gone, err := client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %q.jobs WHERE id = $1`, schema), gone.ID)
+	require.NoError(t, err)
+	n, err := events.DeleteBefore(ctx, pool, schema, time.Now().Add(time.Second), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	pruned, err := client.EventsPrunedThrough(ctx)
+	require.NoError(t, err)
+	require.Greater(t, pruned, kept, "the newest event was pruned")
+
+	b := setup(t, ui.Config{Client: client})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// end is the stream's first mark or reload; "" when it sends neither
+	// in 10 s (a resume at the feed's newest event sends none).
+	end := func(ch <-chan sseEvent) string {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case e, ok := <-ch:
+				require.True(t, ok, "the stream ended")
+				if e.event == "mark" || e.event == "reload" {
+					return e.event
+				}
+			case <-deadline:
+				return ""
+			}
+		}
+	}
+	require.Equal(t, "reload", end(stream(t, sctx, b.url+"/events", fmt.Sprint(kept))),
+		"a page of before the start that saw the kept event, not the pruned one")
+
+	resp, err := http.Get(b.url + "/")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, err)
+	m := regexp.MustCompile(`data-after="(-?\d+)"`).FindSubmatch(body)
+	require.NotNil(t, m, "the page's resume point")
+	ch0 := stream(t, sctx, b.url+"/events", "")
+	require.Equal(t, "mark", end(ch0))
+	live, err := client.Enqueue(ctx, queue.NewJob{Kind: "k"})
+	require.NoError(t, err)
+	for got := false; !got; {
+		select {
+		case e, ok := <-ch0:
+			require.True(t, ok, "the stream ended")
+			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, live.ID))
+		case <-time.After(20 * time.Second):
+			t.Fatal("the live job's event did not reach the stream")
+		}
+	}
+	require.Equal(t, "mark", end(stream(t, sctx, b.url+"/events?after="+string(m[1]), "")),
+		"a page the dashboard rendered resumes")
 }
