@@ -52,3 +52,25 @@ func TestEventsPrunedKeepsEventGrants(t *testing.T) {
 		}
 	}
 }
+
+// A grant on events to PUBLIC carries over as one to PUBLIC: every role
+// could delete events (events prune) before migration 0025, and still may
+// prune after it; it was left out, and such a prune failed on the new table.
+func TestEventsPrunedKeepsPublicEventGrants(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	_, err := migrations.UpTo(ctx, pool, schema, 24)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `GRANT SELECT, DELETE ON `+sqlident.Quote(schema, "events")+` TO PUBLIC`)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	for _, priv := range []string{"SELECT", "INSERT", "UPDATE"} {
+		var has bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT has_table_privilege('public', $1, $2)`, schema+".events_pruned", priv).Scan(&has))
+		require.True(t, has, "PUBLIC %s", priv)
+	}
+}

@@ -12,17 +12,18 @@ CREATE TABLE {{schema}}.events_pruned (
 -- Grants made before this migration keep working (docs/grants.sql): a role
 -- that may delete events (`pgwake events prune`) may record how far it
 -- did; a role that may read them (the dashboard, the event stream) may read
--- that too.
+-- that too. A grant to PUBLIC (grantee 0) carries over to PUBLIC
+-- (TestEventsPrunedKeepsPublicEventGrants).
 DO $$
 DECLARE
     g record;
 BEGIN
     FOR g IN
-        SELECT a.grantee::regrole::text AS grantee,
+        SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
             pg_catalog.bool_or(a.privilege_type = 'DELETE') AS prunes
         FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
         WHERE c.oid = '{{schema}}.events'::regclass
-          AND a.privilege_type IN ('SELECT', 'DELETE') AND a.grantee <> 0 AND a.grantee <> c.relowner
+          AND a.privilege_type IN ('SELECT', 'DELETE') AND a.grantee <> c.relowner
         GROUP BY a.grantee
     LOOP
         EXECUTE pg_catalog.format('GRANT %s ON {{schema}}.events_pruned TO %s',
