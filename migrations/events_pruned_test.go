@@ -24,7 +24,8 @@ func TestEventsPrunedKeepsEventGrants(t *testing.T) {
 	_, err := migrations.UpTo(ctx, pool, schema, 24)
 	require.NoError(t, err)
 	pruner, reader, other := schema+"_pruner", schema+"_reader", schema+"_other"
-	for _, r := range []string{pruner, reader, other} {
+	columns := schema + "_columns" // a reader granted the columns it reads
+	for _, r := range []string{pruner, reader, other, columns} {
 		_, err := pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(r)+` NOLOGIN`)
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -34,16 +35,18 @@ func TestEventsPrunedKeepsEventGrants(t *testing.T) {
 	}
 	events := sqlident.Quote(schema, "events")
 	_, err = pool.Exec(ctx, `GRANT SELECT, DELETE ON `+events+` TO `+sqlident.Quote(pruner)+`;
-		GRANT SELECT ON `+events+` TO `+sqlident.Quote(reader))
+		GRANT SELECT ON `+events+` TO `+sqlident.Quote(reader)+`;
+		GRANT SELECT (id, job_id, type, queue, kind, attempt, at, data) ON `+events+` TO `+sqlident.Quote(columns))
 	require.NoError(t, err)
 
 	_, err = migrations.Up(ctx, pool, schema)
 	require.NoError(t, err)
 	table := schema + ".events_pruned"
 	for role, want := range map[string][3]bool{
-		pruner: {true, true, true},
-		reader: {true, false, false},
-		other:  {false, false, false},
+		pruner:  {true, true, true},
+		reader:  {true, false, false},
+		columns: {true, false, false},
+		other:   {false, false, false},
 	} {
 		for i, priv := range []string{"SELECT", "INSERT", "UPDATE"} {
 			var has bool

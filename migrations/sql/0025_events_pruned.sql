@@ -12,7 +12,8 @@ CREATE TABLE {{schema}}.events_pruned (
 -- Grants made before this migration keep working (docs/grants.sql): a role
 -- that may delete events (`pgwake events prune`) may record how far it
 -- did; a role that may read them (the dashboard, the event stream) may read
--- that too. A grant to PUBLIC (grantee 0) carries over to PUBLIC
+-- that too, also when granted SELECT on columns of events only. A grant to
+-- PUBLIC (grantee 0) carries over to PUBLIC
 -- (TestEventsPrunedKeepsPublicEventGrants).
 DO $$
 DECLARE
@@ -21,7 +22,12 @@ BEGIN
     FOR g IN
         SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
             pg_catalog.bool_or(a.privilege_type = 'DELETE') AS prunes
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        FROM pg_catalog.pg_class c, LATERAL (
+            SELECT * FROM pg_catalog.aclexplode(c.relacl)
+            UNION ALL -- SELECT granted on columns only
+            SELECT x.* FROM pg_catalog.pg_attribute t, pg_catalog.aclexplode(t.attacl) x
+            WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped
+        ) a
         WHERE c.oid = '{{schema}}.events'::regclass
           AND a.privilege_type IN ('SELECT', 'DELETE') AND a.grantee <> c.relowner
         GROUP BY a.grantee
