@@ -77,3 +77,33 @@ func TestEventsPrunedKeepsPublicEventGrants(t *testing.T) {
 		require.True(t, has, "PUBLIC %s", priv)
 	}
 }
+
+// A role that owns events but did not run migration 0025 (the tables handed
+// to the application's role, migrations run by another) may delete events
+// as their owner, and may record how far it did: events_pruned, owned by
+// the role that ran the migration, granted it nothing.
+func TestEventsPrunedKeepsTheEventsOwner(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	_, err := migrations.UpTo(ctx, pool, schema, 24)
+	require.NoError(t, err)
+	owner := schema + "_owner"
+	_, err = pool.Exec(ctx, `CREATE ROLE `+sqlident.Quote(owner)+` NOLOGIN`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+sqlident.Quote(owner))
+		_, _ = pool.Exec(context.Background(), `DROP ROLE `+sqlident.Quote(owner))
+	})
+	_, err = pool.Exec(ctx, `ALTER TABLE `+sqlident.Quote(schema, "events")+` OWNER TO `+sqlident.Quote(owner))
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, pool, schema)
+	require.NoError(t, err)
+	for _, priv := range []string{"SELECT", "INSERT", "UPDATE"} {
+		var has bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, owner, schema+".events_pruned", priv).Scan(&has))
+		require.True(t, has, "the owner of events: %s", priv)
+	}
+}

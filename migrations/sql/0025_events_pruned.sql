@@ -14,7 +14,9 @@ CREATE TABLE {{schema}}.events_pruned (
 -- did; a role that may read them (the dashboard, the event stream) may read
 -- that too, also when granted SELECT on columns of events only. A grant to
 -- PUBLIC (grantee 0) carries over to PUBLIC
--- (TestEventsPrunedKeepsPublicEventGrants).
+-- (TestEventsPrunedKeepsPublicEventGrants); the owner of events, when
+-- another role runs this, is a role that may delete them
+-- (TestEventsPrunedKeepsTheEventsOwner).
 DO $$
 DECLARE
     g record;
@@ -27,9 +29,12 @@ BEGIN
             UNION ALL -- SELECT granted on columns only
             SELECT x.* FROM pg_catalog.pg_attribute t, pg_catalog.aclexplode(t.attacl) x
             WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped
+            UNION ALL -- its owner, when not the role running this
+            SELECT c.relowner, c.relowner, 'DELETE', false
         ) a
         WHERE c.oid = '{{schema}}.events'::regclass
-          AND a.privilege_type IN ('SELECT', 'DELETE') AND a.grantee <> c.relowner
+          AND a.privilege_type IN ('SELECT', 'DELETE')
+          AND a.grantee <> (SELECT p.relowner FROM pg_catalog.pg_class p WHERE p.oid = '{{schema}}.events_pruned'::regclass)
         GROUP BY a.grantee
     LOOP
         EXECUTE pg_catalog.format('GRANT %s ON {{schema}}.events_pruned TO %s',
