@@ -57,51 +57,19 @@ func TestResumeAcrossPrunedEventsReloads(t *testing.T) {
 	after := pruned // a page that saw the pruned event
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// ends reads ch up to its first mark or reload and returns it with the
-	// job ids of the job events before it.
-	ends := func(ch <-chan sseEvent) (string, []int64) {
-		t.Helper()
-		var ids []int64
-		for {
-			select {
-			case e, ok := <-ch:
-				require.True(t, ok, "the stream ended")
-				switch e.event {
-				case "mark", "reload":
-					return e.event, ids
-				case "job":
-					var je struct {
-						JobID int64 `json:"job_id"`
-					}
-					require.NoError(t, json.Unmarshal([]byte(e.data), &je))
-					ids = append(ids, je.JobID)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("no mark or reload")
-			}
-		}
-	}
 	// A live job, seen by the feed (its event reaches a stream opened
 	// before it) above both resume points.
 	ch0 := stream(t, sctx, b.url+"/events", "")
-	end, _ := ends(ch0)
+	end, _ := untilMark(t, ch0, 20*time.Second)
 	require.Equal(t, "mark", end)
 	live := enqueue()
-	for got := false; !got; {
-		select {
-		case e, ok := <-ch0:
-			require.True(t, ok, "the stream ended")
-			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, live))
-		case <-time.After(20 * time.Second):
-			t.Fatal("the live job's event did not reach the stream")
-		}
-	}
+	awaitJobEvent(t, ch0, live)
 
-	end, ids := ends(stream(t, sctx, b.url+"/events", fmt.Sprint(after)))
+	end, ids := untilMark(t, stream(t, sctx, b.url+"/events", fmt.Sprint(after)), 20*time.Second)
 	require.Equal(t, "mark", end, "above the pruned event: replayed")
 	require.Equal(t, []int64{live}, ids)
 
-	end, _ = ends(stream(t, sctx, b.url+"/events", fmt.Sprint(before)))
+	end, _ = untilMark(t, stream(t, sctx, b.url+"/events", fmt.Sprint(before)), 20*time.Second)
 	require.Equal(t, "reload", end, "below the pruned event: told to reload, not replayed with a gap")
 }
 
@@ -121,41 +89,13 @@ func TestResumeWithoutThePrunedMark(t *testing.T) {
 	require.NoError(t, err)
 	second, err := b.client.Enqueue(ctx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
-	for got := false; !got; {
-		select {
-		case e, ok := <-ch0:
-			require.True(t, ok, "the stream ended")
-			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, second.ID))
-		case <-time.After(20 * time.Second):
-			t.Fatal("the second job's event did not reach the stream")
-		}
-	}
+	awaitJobEvent(t, ch0, second.ID)
 	_, err = pgtest.Pool(t).Exec(ctx, fmt.Sprintf(`ALTER TABLE %q.events_pruned RENAME TO gone`, b.schema))
 	require.NoError(t, err)
 	_, err = b.client.EventsPrunedThrough(ctx)
 	require.Error(t, err)
-	var ids []int64
-	ch := stream(t, sctx, b.url+"/events", fmt.Sprint(afterFirst))
-	for done := false; !done; {
-		select {
-		case e, ok := <-ch:
-			require.True(t, ok, "the stream ended")
-			switch e.event {
-			case "reload":
-				t.Fatal("told to reload")
-			case "mark":
-				done = true
-			case "job":
-				var je struct {
-					JobID int64 `json:"job_id"`
-				}
-				require.NoError(t, json.Unmarshal([]byte(e.data), &je))
-				ids = append(ids, je.JobID)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("no mark")
-		}
-	}
+	end, ids := untilMark(t, stream(t, sctx, b.url+"/events", fmt.Sprint(afterFirst)), 20*time.Second)
+	require.Equal(t, "mark", end, "not told to reload")
 	require.Equal(t, []int64{second.ID}, ids, "replayed after the first job's event")
 }
 
@@ -193,22 +133,11 @@ func TestResumeAfterAStartOverPrunedNewestEvents(t *testing.T) {
 	b := setup(t, ui.Config{Client: client})
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// end is the stream's first mark or reload; "" when it sends neither
-	// in 10 s (a resume at the feed's newest event sends none).
+	// A resume at the feed's newest event sends neither mark nor reload.
 	end := func(ch <-chan sseEvent) string {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case e, ok := <-ch:
-				require.True(t, ok, "the stream ended")
-				if e.event == "mark" || e.event == "reload" {
-					return e.event
-				}
-			case <-deadline:
-				return ""
-			}
-		}
+		e, _ := untilMark(t, ch, 10*time.Second)
+		return e
 	}
 	require.Equal(t, "reload", end(stream(t, sctx, b.url+"/events", fmt.Sprint(kept))),
 		"a page of before the start that saw the kept event, not the pruned one")
@@ -224,15 +153,50 @@ func TestResumeAfterAStartOverPrunedNewestEvents(t *testing.T) {
 	require.Equal(t, "mark", end(ch0))
 	live, err := client.Enqueue(ctx, queue.NewJob{Kind: "k"})
 	require.NoError(t, err)
-	for got := false; !got; {
-		select {
-		case e, ok := <-ch0:
-			require.True(t, ok, "the stream ended")
-			got = e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, live.ID))
-		case <-time.After(20 * time.Second):
-			t.Fatal("the live job's event did not reach the stream")
-		}
-	}
+	awaitJobEvent(t, ch0, live.ID)
 	require.Equal(t, "mark", end(stream(t, sctx, b.url+"/events?after="+string(m[1]), "")),
 		"a page the dashboard rendered resumes")
+}
+
+// untilMark reads ch up to its first mark or reload and returns it with the
+// job ids of the job events before it; "" when neither comes within wait.
+func untilMark(t *testing.T, ch <-chan sseEvent, wait time.Duration) (string, []int64) {
+	t.Helper()
+	var ids []int64
+	deadline := time.After(wait)
+	for {
+		select {
+		case e, ok := <-ch:
+			require.True(t, ok, "the stream ended")
+			switch e.event {
+			case "mark", "reload":
+				return e.event, ids
+			case "job":
+				var je struct {
+					JobID int64 `json:"job_id"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(e.data), &je))
+				ids = append(ids, je.JobID)
+			}
+		case <-deadline:
+			return "", ids
+		}
+	}
+}
+
+// awaitJobEvent reads ch until job id's event comes (20 s at most).
+func awaitJobEvent(t *testing.T, ch <-chan sseEvent, id int64) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case e, ok := <-ch:
+			require.True(t, ok, "the stream ended")
+			if e.event == "job" && strings.Contains(e.data, fmt.Sprintf(`"job_id":%d,`, id)) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("job %d's event did not reach the stream", id)
+		}
+	}
 }
