@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/floor"
 	"github.com/pgwake/pgwake/internal/sqlident"
 	"github.com/pgwake/pgwake/migrations"
 )
@@ -161,14 +162,11 @@ func (c Config) validate() error {
 	}
 	// A nanosecond LagInterval ran the lag query without pause (~160 a
 	// second on an idle stream: TestTinyStreamIntervalsAreRefused).
-	for _, f := range []struct {
-		name     string
-		d, floor time.Duration
-	}{{"StatusInterval", c.StatusInterval, MinStatusInterval}, {"LagInterval", c.LagInterval, MinLagInterval},
-		{"MinBackoff", c.MinBackoff, MinMinBackoff}, {"MaxBackoff", c.MaxBackoff, MinMinBackoff}} {
-		if f.d < f.floor {
-			return fmt.Errorf("%w: %s %s is below %s", ErrInvalidConfig, f.name, f.d, f.floor)
-		}
+	if err := floor.Check(floor.D{Name: "StatusInterval", Value: c.StatusInterval, Min: MinStatusInterval},
+		floor.D{Name: "LagInterval", Value: c.LagInterval, Min: MinLagInterval},
+		floor.D{Name: "MinBackoff", Value: c.MinBackoff, Min: MinMinBackoff},
+		floor.D{Name: "MaxBackoff", Value: c.MaxBackoff, Min: MinMinBackoff}); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/pgwake/pgwake/internal/floor"
 	"github.com/pgwake/pgwake/internal/promreg"
 	"github.com/pgwake/pgwake/internal/sqlident"
 )
@@ -76,14 +77,11 @@ const (
 
 // checkDurations refuses a duration set below its floor.
 func (c Config) checkDurations() error {
-	for _, f := range []struct {
-		name     string
-		d, floor time.Duration
-	}{{"PingInterval", c.PingInterval, MinPingInterval}, {"PingTimeout", c.PingTimeout, MinPingTimeout},
-		{"MinBackoff", c.MinBackoff, MinMinBackoff}, {"MaxBackoff", c.MaxBackoff, MinMinBackoff}} {
-		if f.d > 0 && f.d < f.floor {
-			return fmt.Errorf("%w: %s %s is below %s", ErrInvalidConfig, f.name, f.d, f.floor)
-		}
+	if err := floor.Check(floor.D{Name: "PingInterval", Value: c.PingInterval, Min: MinPingInterval},
+		floor.D{Name: "PingTimeout", Value: c.PingTimeout, Min: MinPingTimeout},
+		floor.D{Name: "MinBackoff", Value: c.MinBackoff, Min: MinMinBackoff},
+		floor.D{Name: "MaxBackoff", Value: c.MaxBackoff, Min: MinMinBackoff}); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ type Config struct {
 	// SyncPublish publishes one message at a time, waiting for each
 	// message's acknowledgement before sending the next. Default false.
 	SyncPublish bool
-	// Logger gets watermill's logs. Default none.
+	// Logger is unused (it got watermill-nats's logs when SyncPublish used
+	// its publisher). Default none.
 	Logger watermill.LoggerAdapter
 }
 
@@ -79,9 +80,6 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = 30 * time.Second
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = watermill.NopLogger{}
-	}
 	nc, err := nats.Connect(cfg.URL, nats.Timeout(cfg.ConnectTimeout), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v; is nats-server running (with -js)?", ErrUnreachable, RedactURL(cfg.URL), err)
@@ -90,20 +88,20 @@ func NewPublisher(cfg Config) (message.Publisher, error) {
 		nc.Close()
 		return nil, err
 	}
-	if !cfg.SyncPublish {
-		js, err := nc.JetStream(nats.PublishAsyncMaxPending(4096))
-		if err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
-		}
-		return &asyncPublisher{target: target{nc, cfg.Stream, cfg.Subjects}, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
+	jsOpt := nats.PublishAsyncMaxPending(4096)
+	if cfg.SyncPublish {
+		jsOpt = nats.MaxWait(cfg.AckTimeout)
 	}
-	js, err := nc.JetStream(nats.MaxWait(cfg.AckTimeout))
+	js, err := nc.JetStream(jsOpt)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNoJetStream, err)
 	}
-	return &syncPublisher{target: target{nc, cfg.Stream, cfg.Subjects}, js: js}, nil
+	t := target{nc, cfg.Stream, cfg.Subjects}
+	if cfg.SyncPublish {
+		return &syncPublisher{target: t, js: js}, nil
+	}
+	return &asyncPublisher{target: t, js: js, timeout: cfg.AckTimeout, stall: nats.StallWait(cfg.AckTimeout)}, nil
 }
 
 // EnsureStream creates the JetStream stream with subjects unless a stream of
