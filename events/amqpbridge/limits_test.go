@@ -78,3 +78,53 @@ func TestEventsWithNoQueueBoundAreNotLost(t *testing.T) {
 		<-col.Done
 	}
 }
+
+// watermill-amqp v3.0.2's subscriber reads its deliveries channel without
+// checking that it is open (subscriber.go, ProcessMessages: `case amqpMsg
+// := <-amqpMsgs`). When RabbitMQ cancels its consumer (here: its queue is
+// deleted) the channel closes, and the subscriber hands the application
+// one message with no payload and no metadata before it gives up on the
+// channel. This is the empty message a probe of the bridge under
+// connection cuts saw (stop 37): it comes from the consumer's library,
+// not from the bridge. events.Decode rejects it (docs/events.md,
+// "Bridges"). If this test fails, watermill-amqp changed: update the docs.
+func TestWatermillAMQPSubscriberHandsOutAnEmptyMessageWhenCancelled(t *testing.T) {
+	t.Parallel()
+	topic := "pgwake_test_" + randomName()
+	queueName := topic + "_q"
+	cleanupAMQP(t, queueName, topic)
+	subCfg := amqpbridge.PubSubConfig(amqpURL())
+	subCfg.Queue.GenerateName = wmamqp.GenerateQueueNameConstant(queueName)
+	sub, err := wmamqp.NewSubscriber(subCfg, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	// Deleting the queue once the subscriber consumes from it cancels
+	// the consumer. (A passive declare of a queue not there yet closes its
+	// channel: a channel per look.)
+	eventstest.WaitFor(t, 10*time.Second, "the subscriber consuming", func() bool {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(queueName, true, false, false, false, nil)
+		return err == nil && q.Consumers > 0
+	})
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDelete(queueName, false, false, false)
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		require.Empty(t, m.Payload, "a message nobody published")
+		require.Empty(t, m.Metadata)
+		_, err := events.Decode(m.Payload)
+		require.ErrorIs(t, err, events.ErrDecode)
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message after the consumer was cancelled: watermill-amqp no longer hands out an empty one; update docs/events.md")
+	}
+}
