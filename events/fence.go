@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -36,13 +38,32 @@ const fenceFresh = 500 * time.Millisecond
 // errNotOurs ends a session whose slot streams to another session.
 var errNotOurs = errors.New("events: the slot no longer streams to this session (its walsender ended while the process was paused?); publishing stopped")
 
-// notOurs is err when it is errNotOurs, which ends the session with it;
-// nil for the stop (ctx), which ends it quietly.
+// errServerStopping ends a session whose slot check found the server
+// shutting down (SQLSTATE class 57: cannot_connect_now, admin_shutdown,
+// crash_shutdown). A fast shutdown waits for each walsender until its
+// client has confirmed all it was sent: a session that held unpublished
+// transactions and kept waiting to check its slot again held the shutdown
+// until pg_ctl gave up (a CI run of 2026-12-03:
+// TestStreamSurvivesPostgresRestart). Ending the session closes the
+// replication connection, so the shutdown goes on; the stream reconnects
+// as after any interruption and publishes again from the slot's confirmed
+// position.
+var errServerStopping = errors.New("events: the server is shutting down; the session ends and reconnects")
+
+// notOurs is err when it is errNotOurs or errServerStopping, which end the
+// session with it; nil for the stop (ctx), which ends it quietly.
 func notOurs(err error) error {
-	if errors.Is(err, errNotOurs) {
+	if errors.Is(err, errNotOurs) || errors.Is(err, errServerStopping) {
 		return err
 	}
 	return nil
+}
+
+// serverStopping reports whether err says the server is shutting down or
+// refuses connections while it does.
+func serverStopping(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P")
 }
 
 type fence struct {
@@ -94,6 +115,9 @@ func (f *fence) check(ctx context.Context) error {
 		case err == nil, errors.Is(err, pgx.ErrNoRows):
 			f.s.log.Warn("the slot no longer streams to this session; publishing stopped", zap.String("slot", f.s.cfg.Slot))
 			return errNotOurs
+		}
+		if serverStopping(err) {
+			return fmt.Errorf("%w: %w", errServerStopping, err)
 		}
 		f.s.log.Warn("could not check that the slot still streams to this session; not publishing meanwhile",
 			zap.String("slot", f.s.cfg.Slot), zap.Error(fmt.Errorf("events: slot check: %w", err)))
