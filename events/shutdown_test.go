@@ -34,12 +34,15 @@ func (g *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // A fast shutdown of PostgreSQL waits for each walsender until its client
-// has confirmed all it was sent. A stream holding unpublished events whose
-// slot check (the fence) then found the server shutting down kept waiting
-// to check again, and held the shutdown with it until pg_ctl gave up (a CI
-// run of 2026-12-03, in TestStreamSurvivesPostgresRestart). Now the
-// session ends, the restart goes through, and the stream publishes every
-// event after it.
+// has confirmed flushing all it was sent, and a stream confirms only what
+// it published. A stream holding unpublished events whose slot check (the
+// fence) found the server shutting down waited to check again, and held
+// the shutdown with it until pg_ctl gave up (a CI run of 2026-12-03, in
+// TestStreamSurvivesPostgresRestart). Now that check ends the session: the
+// restart goes through, and the stream publishes every event after it.
+// The publisher is let go while the server shuts down, so that its next
+// batch meets the check. (A publisher stuck in one Publish call through
+// the whole shutdown still holds it: nothing checks meanwhile.)
 func TestStreamLetsAFastShutdownThrough(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
