@@ -41,6 +41,43 @@ type reader struct {
 	nextStatus  time.Time
 	lastStatus  time.Time
 	lastAdvance time.Time // last status update that moved the acknowledged position
+
+	// The publisher's progress, for serverStopping: the published count
+	// last seen, when it was seen to change, and the next look at the
+	// server.
+	lastPub    uint64
+	progressAt time.Time
+	nextProbe  time.Time
+}
+
+// stuckProbe is how long the publisher may hold transactions without
+// publishing any before the reader asks the server, once per stuckProbe,
+// whether it is shutting down (stuckServer).
+const stuckProbe = time.Second
+
+// stuckServer returns errServerStopping when the publisher has held
+// transactions for stuckProbe without publishing any and the server says
+// it is shutting down. A fast shutdown waits for the walsender until the
+// stream confirms all it was sent, which a publisher stuck in one Publish
+// call (a broker that does not answer) never does; the session ends
+// instead and closes its replication connection
+// (TestStreamLetsAFastShutdownThrough, "after").
+func (r *reader) stuckServer(ctx context.Context, now time.Time) error {
+	pub := r.s.publishedTxn.Load()
+	if r.s.handed.Load() <= pub || pub != r.lastPub || r.progressAt.IsZero() {
+		r.lastPub, r.progressAt = pub, now
+		return nil
+	}
+	if now.Sub(r.progressAt) < stuckProbe || now.Before(r.nextProbe) {
+		return nil
+	}
+	r.nextProbe = now.Add(stuckProbe)
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := r.s.pool.Exec(qctx, `SELECT 1`); serverStopping(err) {
+		return fmt.Errorf("%w: %w", errServerStopping, err)
+	}
+	return nil
 }
 
 // ackDelay is the shortest time between two status updates that move the
@@ -90,6 +127,9 @@ func (r *reader) run(ctx context.Context) error {
 				return err
 			}
 			deadline, _ = r.statusDue(time.Now())
+		}
+		if err := r.stuckServer(ctx, time.Now()); err != nil {
+			return err
 		}
 		select {
 		case <-r.pubDone:
@@ -241,6 +281,9 @@ func (r *reader) hand(ctx context.Context, t *txn) error {
 				return err
 			}
 			due, _ = r.statusDue(time.Now())
+		}
+		if err := r.stuckServer(ctx, time.Now()); err != nil {
+			return err
 		}
 		timer := time.NewTimer(time.Until(due))
 		select {

@@ -35,16 +35,28 @@ func (g *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
 
 // A fast shutdown of PostgreSQL waits for each walsender until its client
 // has confirmed flushing all it was sent, and a stream confirms only what
-// it published. A stream holding unpublished events whose slot check (the
-// fence) found the server shutting down waited to check again, and held
-// the shutdown with it until pg_ctl gave up (a CI run of 2026-12-03, in
-// TestStreamSurvivesPostgresRestart). Now that check ends the session: the
-// restart goes through, and the stream publishes every event after it.
-// The publisher is let go while the server shuts down, so that its next
-// batch meets the check. (A publisher stuck in one Publish call through
-// the whole shutdown still holds it: nothing checks meanwhile.)
+// it published. A stream holding unpublished events held the shutdown
+// until pg_ctl gave up (a CI run of 2026-12-03, in
+// TestStreamSurvivesPostgresRestart): the slot check (the fence) its
+// publisher makes before a batch found the server shutting down and
+// waited to check again. Now that check ends the session ("during": the
+// publisher is let go while the server shuts down, so that its next batch
+// meets the check); and a publisher that publishes nothing for a second
+// while it holds transactions has the reader ask the server whether it is
+// shutting down ("after": the publisher is held until the restart is
+// over, as by a broker that does not answer). Either way the session ends,
+// the restart goes through, and every event arrives after it.
 func TestStreamLetsAFastShutdownThrough(t *testing.T) {
 	t.Parallel()
+	for _, when := range []string{"during", "after"} {
+		t.Run(when, func(t *testing.T) {
+			t.Parallel()
+			fastShutdownWithEventsHeld(t, when == "during")
+		})
+	}
+}
+
+func fastShutdownWithEventsHeld(t *testing.T, releaseDuring bool) {
 	ctx := context.Background()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -91,13 +103,16 @@ func TestStreamLetsAFastShutdownThrough(t *testing.T) {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "57P03"
 	})
-	release()
+	if releaseDuring {
+		release()
+	}
 	select {
 	case err := <-restarted:
 		require.NoError(t, err, "the restart")
 	case <-time.After(45 * time.Second):
 		t.Fatal("the fast shutdown did not finish in 45 s: the stream holds it")
 	}
+	release()
 	e.Pool.Reset()
 	table := e.WaitDelivered(col, 60*time.Second)
 	stopStream()

@@ -395,6 +395,13 @@ func (s *Stream) session(ctx context.Context, streamedAt *time.Time) error {
 	r := &reader{s: s, conn: conn, txns: txns, pubDone: pubDone, rels: map[uint32]*relation{}, skipBelow: skipBelow}
 	err = r.run(sctx)
 	cancel()
+	if errors.Is(err, errServerStopping) {
+		// The server waits for this connection to end before it shuts
+		// down; the publisher may be stuck in a call that outlives it.
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = conn.Close(cctx)
+		ccancel()
+	}
 	if ctx.Err() != nil && !s.awaitPublisher(pubDone) {
 		// Stopping, and a Publish that takes no context still blocks
 		// (a sink nobody reads): Run returns without it, as documented;
