@@ -38,8 +38,9 @@ const fenceFresh = 500 * time.Millisecond
 // errNotOurs ends a session whose slot streams to another session.
 var errNotOurs = errors.New("events: the slot no longer streams to this session (its walsender ended while the process was paused?); publishing stopped")
 
-// errServerStopping ends a session whose slot check found the server
-// shutting down (SQLSTATE class 57: cannot_connect_now, admin_shutdown,
+// errServerStopping ends a session whose slot check (or, with the
+// publisher stuck, the reader's look: stuckServer) found the server
+// shutting down (SQLSTATE class 57P: cannot_connect_now, admin_shutdown,
 // crash_shutdown). A fast shutdown waits for each walsender until its
 // client has confirmed all it was sent: a session that held unpublished
 // transactions and kept waiting to check its slot again held the shutdown

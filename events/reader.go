@@ -42,7 +42,7 @@ type reader struct {
 	lastStatus  time.Time
 	lastAdvance time.Time // last status update that moved the acknowledged position
 
-	// The publisher's progress, for serverStopping: the published count
+	// The publisher's progress, for stuckServer: the published count
 	// last seen, when it was seen to change, and the next look at the
 	// server.
 	lastPub    uint64
