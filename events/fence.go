@@ -60,11 +60,14 @@ func notOurs(err error) error {
 	return nil
 }
 
-// serverStopping reports whether err says the server is shutting down or
-// refuses connections while it does.
-func serverStopping(err error) bool {
+// serverStopping is errServerStopping wrapping err when err says the
+// server is shutting down or refuses connections while it does; else nil.
+func serverStopping(err error) error {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P")
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P") {
+		return fmt.Errorf("%w: %w", errServerStopping, err)
+	}
+	return nil
 }
 
 type fence struct {
@@ -117,8 +120,8 @@ func (f *fence) check(ctx context.Context) error {
 			f.s.log.Warn("the slot no longer streams to this session; publishing stopped", zap.String("slot", f.s.cfg.Slot))
 			return errNotOurs
 		}
-		if serverStopping(err) {
-			return fmt.Errorf("%w: %w", errServerStopping, err)
+		if err := serverStopping(err); err != nil {
+			return err
 		}
 		f.s.log.Warn("could not check that the slot still streams to this session; not publishing meanwhile",
 			zap.String("slot", f.s.cfg.Slot), zap.Error(fmt.Errorf("events: slot check: %w", err)))

@@ -74,10 +74,8 @@ func (r *reader) stuckServer(ctx context.Context, now time.Time) error {
 	r.nextProbe = now.Add(stuckProbe)
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := r.s.pool.Exec(qctx, `SELECT 1`); serverStopping(err) {
-		return fmt.Errorf("%w: %w", errServerStopping, err)
-	}
-	return nil
+	_, err := r.s.pool.Exec(qctx, `SELECT 1`)
+	return serverStopping(err)
 }
 
 // ackDelay is the shortest time between two status updates that move the
@@ -121,14 +119,15 @@ func (r *reader) run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	for {
-		deadline, send := r.statusDue(time.Now())
+		now := time.Now()
+		deadline, send := r.statusDue(now)
 		if send {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
 			deadline, _ = r.statusDue(time.Now())
 		}
-		if err := r.stuckServer(ctx, time.Now()); err != nil {
+		if err := r.stuckServer(ctx, now); err != nil {
 			return err
 		}
 		select {

@@ -66,13 +66,7 @@ func fastShutdownWithEventsHeld(t *testing.T, releaseDuring bool) {
 	e := newEnvOn(t, pgtest.PoolOn(t, cluster.URL, func(c *pgxpool.Config) { c.MaxConns = 20 }))
 	ps, col := channelSink(t)
 	pub := &gatedPublisher{Publisher: ps, gate: make(chan struct{}), entered: make(chan struct{})}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(pub.gate)
-		}
-	}
+	release := sync.OnceFunc(func() { close(pub.gate) })
 	t.Cleanup(release)
 	_, stopStream := e.RunStream(e.Config(pub))
 	c := e.QueueClient(1)

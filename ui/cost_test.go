@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
-	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
 )
@@ -84,11 +83,7 @@ func BenchmarkDashboardCost(b *testing.B) {
 	counter := newStmtCounter(true)
 	pool := pgtest.NewPool(b, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
 	ctx := context.Background()
-	schema := pgtest.SchemaOn(b, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(b, err)
-	client, err := queue.New(pool, queue.Config{Schema: schema})
-	require.NoError(b, err)
+	client, schema := migratedClient(b, pool)
 	d := setup(b, ui.Config{Client: client})
 	defer d.stop()
 	streams := startHelper(b, envStreamsURL+"="+d.url)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
@@ -32,6 +33,18 @@ type bundle struct {
 // setup migrates a fresh schema and serves a dashboard on it, its live
 // feed running until the test ends.
 func setup(t testing.TB, cfg ui.Config) *bundle { return setupMarked(t, cfg, nil) }
+
+// migratedClient migrates a fresh schema through pool and returns a queue
+// client on it, with the schema's name.
+func migratedClient(tb testing.TB, pool *pgxpool.Pool) (*queue.Client, string) {
+	tb.Helper()
+	schema := pgtest.SchemaOn(tb, pool)
+	_, err := migrations.Up(context.Background(), pool, schema)
+	require.NoError(tb, err)
+	client, err := queue.New(pool, queue.Config{Schema: schema})
+	require.NoError(tb, err)
+	return client, schema
+}
 
 // setupMarked is setup with the feed's and the server's contexts passed
 // through mark (when not nil): a tracer on the pool can then tell the

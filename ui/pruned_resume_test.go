@@ -15,7 +15,6 @@ import (
 
 	"github.com/pgwake/pgwake/events"
 	"github.com/pgwake/pgwake/internal/pgtest"
-	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
 )
@@ -110,12 +109,8 @@ func TestResumeAfterAStartOverPrunedNewestEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOn(t, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	client, err := queue.New(pool, queue.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = client.Enqueue(ctx, queue.NewJob{Kind: "k"}) // kept: its job is pending
+	client, schema := migratedClient(t, pool)
+	_, err := client.Enqueue(ctx, queue.NewJob{Kind: "k"}) // kept: its job is pending
 	require.NoError(t, err)
 	kept, err := client.LastEventID(ctx)
 	require.NoError(t, err)

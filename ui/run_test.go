@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgwake/pgwake/internal/pgtest"
-	"github.com/pgwake/pgwake/migrations"
 	"github.com/pgwake/pgwake/notify"
 	"github.com/pgwake/pgwake/queue"
 	"github.com/pgwake/pgwake/ui"
@@ -23,12 +22,8 @@ import (
 func TestRunStopsCleanly(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOn(t, pool)
-	_, err := migrations.Up(ctx, pool, schema)
-	require.NoError(t, err)
-	client, err := queue.New(pool, queue.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = client.Enqueue(ctx, queue.NewJob{Kind: "k"}) // warm the pool
+	client, schema := migratedClient(t, pool)
+	_, err := client.Enqueue(ctx, queue.NewJob{Kind: "k"}) // warm the pool
 	require.NoError(t, err)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
