@@ -260,7 +260,9 @@ func TestUniquePeriodOutOfRangeIsJobError(t *testing.T) {
 // (migration 0023). Made deterministic by a third transaction holding key
 // "c": the first batch (a, c, b) waits on it holding "a" (in input order it
 // would not hold "b" yet), the second (b, a) then waits on the first; when
-// "c" commits, both finish.
+// "c" commits, both finish. Waiting batches are counted by this test's own
+// schema: the two subtests run in parallel in one database, and counting
+// the other's batch started the second batch before the first held "a".
 func TestUniqueBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	for _, period := range []time.Duration{0, time.Hour} {
@@ -278,7 +280,7 @@ func TestUniqueBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 				t.Helper()
 				require.Eventually(t, func() bool {
 					var w int
-					require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%enqueue_jobs%' AND datname = current_database()`).Scan(&w))
+					require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0 AND datname = current_database()`, e.table("enqueue_jobs")).Scan(&w))
 					return w >= n
 				}, 20*time.Second, 10*time.Millisecond, "%d batches waiting", n)
 			}
