@@ -291,7 +291,7 @@ func TestStartReadiesALeasedConnectionInOneRoundTrip(t *testing.T) {
 // during one: a statement cut short closes its connection (pgx), and the
 // workers would then wait for the pool to open it again. Here every
 // connection's claim statements wait for a lock that outlasts the warm-up's
-// 100 ms; the warm-up waits for them, and every connection the pool had
+// deadline; the warm-up waits for them, and every connection the pool had
 // before Start is still open after it, with the claim prepared.
 func TestStartCutShortKeepsItsConnections(t *testing.T) {
 	t.Parallel()
@@ -300,10 +300,10 @@ func TestStartCutShortKeepsItsConnections(t *testing.T) {
 		Queues:   map[string]queue.QueueConfig{"default": {MaxWorkers: 4}},
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
 	})
-	queue.SetWarmPoolTimeout(e.c, 100*time.Millisecond)
+	queue.SetWarmPoolTimeout(e.c, warmDeadline)
 	// The connections the held workers want (4 + 1), open and idle.
 	pids := openIdle(t, e.pool, 5)
-	defer lockJobsFor(t, e, 400*time.Millisecond)()
+	defer lockJobsPastWarmUp(t, e, pids, 4)()
 
 	require.NoError(t, e.c.Start(ctx))
 	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
@@ -340,10 +340,21 @@ func openIdle(t *testing.T, pool *pgxpool.Pool, n int) []uint32 {
 	return pids
 }
 
-// lockJobsFor locks e's jobs table (ACCESS EXCLUSIVE: every statement on it
-// waits) for d from another pool; the returned func waits until it is
-// unlocked.
-func lockJobsFor(t *testing.T, e *env, d time.Duration) (wait func()) {
+// warmDeadline is the warm-up's deadline in the tests that hold its
+// statements on a lock: long enough for a loaded machine (CI runs every
+// package at once, under -race) to begin four connections in it; at 100 ms
+// one began now and then.
+const warmDeadline = time.Second
+
+// lockJobsPastWarmUp locks e's jobs table (ACCESS EXCLUSIVE: every
+// statement on it waits) from another pool, and looks at pids (every 10 ms)
+// for backends waiting on a lock. It unlocks once n of them were seen
+// waiting at once and warmDeadline (and a margin) has passed since the
+// first was: the warm-up's deadline began before its first statement, so
+// it has passed when the lock ends, and the warm-up begins nothing after.
+// It unlocks after 20 s in any case. The returned func waits until it is
+// unlocked and returns the most backends seen waiting at once.
+func lockJobsPastWarmUp(t *testing.T, e *env, pids []uint32, n int32) (wait func() int32) {
 	t.Helper()
 	ctx := context.Background()
 	lock, err := pgtest.Pool(t).Begin(ctx)
@@ -352,17 +363,34 @@ func lockJobsFor(t *testing.T, e *env, d time.Duration) (wait func()) {
 		_ = lock.Rollback(ctx)
 		require.NoError(t, err)
 	}
+	var most int32
 	unlocked := make(chan struct{})
-	time.AfterFunc(d, func() {
-		_ = lock.Rollback(context.Background())
-		close(unlocked)
-	})
-	return func() { <-unlocked }
+	go func() {
+		defer close(unlocked)
+		defer func() { _ = lock.Rollback(context.Background()) }()
+		giveUp := time.Now().Add(20 * time.Second)
+		var first time.Time
+		for time.Now().Before(giveUp) {
+			var w int32
+			if err := pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'`, pids).Scan(&w); err == nil {
+				if w > 0 && first.IsZero() {
+					first = time.Now()
+				}
+				most = max(most, w)
+			}
+			if most >= n && time.Since(first) > warmDeadline+300*time.Millisecond {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func() int32 { <-unlocked; return most }
 }
 
 // Start's warm-up readies at most four connections at a time and begins
 // none after its deadline. Here every connection's claim statements wait
-// for a lock that outlasts the warm-up's 100 ms: four wait at once, never
+// for a lock that outlasts the warm-up's deadline: four wait at once, never
 // more, and the two of the six it had not begun by then are left alone.
 // The queue is paused, so the workers prepare nothing themselves.
 func TestStartWarmsFourConnectionsAtATime(t *testing.T) {
@@ -373,37 +401,12 @@ func TestStartWarmsFourConnectionsAtATime(t *testing.T) {
 		Handlers: map[string]queue.Handler{"k": queue.HandlerFunc(func(context.Context, pgx.Tx, *queue.Job) error { return nil })},
 	})
 	require.NoError(t, e.c.PauseQueue(ctx, "default"))
-	queue.SetWarmPoolTimeout(e.c, 100*time.Millisecond)
+	queue.SetWarmPoolTimeout(e.c, warmDeadline)
 	pids := openIdle(t, e.pool, 6) // the connections the held workers want (5 + 1)
-	unlocked := lockJobsFor(t, e, 400*time.Millisecond)
-
-	var most atomic.Int32
-	sampled := make(chan struct{})
-	stop := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			var n int32
-			if err := pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'`, pids).Scan(&n); err == nil && n > most.Load() {
-				most.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}()
+	unlocked := lockJobsPastWarmUp(t, e, pids, 4)
 	require.NoError(t, e.c.Start(ctx))
 	defer func() { require.NoError(t, e.c.Stop(ctx)) }()
-	// Sampled until the lock ends, not only during Start: the connections
-	// the warm-up began wait on the lock until then, and a loaded machine
-	// may give the sampler few looks in the warm-up's 100 ms.
-	unlocked()
-	close(stop)
-	<-sampled
-	require.Equal(t, int32(4), most.Load(), "connections waiting at once")
+	require.Equal(t, int32(4), unlocked(), "connections waiting at once")
 	ready, _ := connsWithPrepared(t, e, heldClaimPrepared)
 	require.Len(t, ready, 4, "connections the warm-up readied")
 }
