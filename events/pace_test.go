@@ -18,13 +18,14 @@ import (
 	"github.com/pgwake/pgwake/queue"
 )
 
-// timedPublisher remembers when the last Publish call returned and the
-// commit LSN of its last message.
+// timedPublisher remembers when the last Publish call returned, the commit
+// LSN of its last message, and how many calls returned.
 type timedPublisher struct {
 	message.Publisher
-	mu   sync.Mutex
-	at   time.Time
-	last pglogrepl.LSN
+	mu    sync.Mutex
+	at    time.Time
+	last  pglogrepl.LSN
+	calls int
 }
 
 func (p *timedPublisher) Publish(topic string, msgs ...*message.Message) error {
@@ -32,14 +33,15 @@ func (p *timedPublisher) Publish(topic string, msgs ...*message.Message) error {
 	lsn, _ := events.MessageLSN(msgs[len(msgs)-1])
 	p.mu.Lock()
 	p.at, p.last = time.Now(), lsn
+	p.calls++
 	p.mu.Unlock()
 	return err
 }
 
-func (p *timedPublisher) lastPublish() (time.Time, pglogrepl.LSN) {
+func (p *timedPublisher) lastPublish() (time.Time, pglogrepl.LSN, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.at, p.last
+	return p.at, p.last, p.calls
 }
 
 func confirmedFlush(t *testing.T, e *env) pglogrepl.LSN {
@@ -72,11 +74,17 @@ func TestIdleAcknowledgementIsPrompt(t *testing.T) { // not parallel: it times
 	_, stopStream := e.RunStream(cfg)
 	c := e.QueueClient(1)
 	for round := 0; round < 3; round++ {
-		before := len(col.Snapshot())
+		_, _, before := pub.lastPublish()
 		_, err := c.Enqueue(ctx, queue.NewJob{Kind: "ok"})
 		require.NoError(t, err)
-		waitFor(t, 30*time.Second, "event delivered", func() bool { return len(col.Snapshot()) > before })
-		at, lsn := pub.lastPublish()
+		// The sink holds the event before the Publish call returns: wait
+		// for the call (a look in between read no publish at all, and
+		// timed the confirmation from the zero time).
+		waitFor(t, 30*time.Second, "event published", func() bool {
+			_, _, calls := pub.lastPublish()
+			return calls > before
+		})
+		at, lsn, _ := pub.lastPublish()
 		var confirmedAt time.Time
 		waitFor(t, 10*time.Second, "confirmed_flush_lsn past the commit", func() bool {
 			if confirmedFlush(t, e) > lsn {
