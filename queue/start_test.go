@@ -352,12 +352,14 @@ const warmDeadline = time.Second
 // waiting at once and warmDeadline (and a margin) has passed since the
 // first was: the warm-up's deadline began before its first statement, so
 // it has passed when the lock ends, and the warm-up begins nothing after.
-// It unlocks after 20 s in any case. The returned func waits until it is
-// unlocked and returns the most backends seen waiting at once.
+// It unlocks after 20 s in any case, and the test's cleanup waits for it.
+// The returned func waits until it is unlocked and returns the most
+// backends seen waiting at once.
 func lockJobsPastWarmUp(t *testing.T, e *env, pids []uint32, n int32) (wait func() int32) {
 	t.Helper()
 	ctx := context.Background()
-	lock, err := pgtest.Pool(t).Begin(ctx)
+	pool := pgtest.Pool(t)
+	lock, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	if _, err = lock.Exec(ctx, `LOCK TABLE `+e.table("jobs")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		_ = lock.Rollback(ctx)
@@ -365,6 +367,7 @@ func lockJobsPastWarmUp(t *testing.T, e *env, pids []uint32, n int32) (wait func
 	}
 	var most int32
 	unlocked := make(chan struct{})
+	t.Cleanup(func() { <-unlocked })
 	go func() {
 		defer close(unlocked)
 		defer func() { _ = lock.Rollback(context.Background()) }()
@@ -372,7 +375,7 @@ func lockJobsPastWarmUp(t *testing.T, e *env, pids []uint32, n int32) (wait func
 		var first time.Time
 		for time.Now().Before(giveUp) {
 			var w int32
-			if err := pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'`, pids).Scan(&w); err == nil {
 				if w > 0 && first.IsZero() {
 					first = time.Now()
